@@ -1,0 +1,94 @@
+"""Python API: ``fedwear.run(config) -> Result``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from fedwear.callbacks import CHECKPOINT, Checkpointer, CsvSink, Progress, load_checkpoint
+from fedwear.config import RunConfig, dump_config, load_config
+from fedwear.data import load_federated
+from fedwear.engines.runner import Callback, Runner
+from fedwear.errors import FedwearError
+from fedwear.version import __version__
+
+
+@dataclass
+class Result:
+    out_dir: Path
+    summary: dict
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        return pd.read_csv(self.out_dir / "metrics.csv")
+
+
+def default_out_dir(cfg: RunConfig) -> Path:
+    return Path("runs") / f"{cfg.dataset.name}-{cfg.method}-s{cfg.seed}-{cfg.hash()[:8]}"
+
+
+def run(
+    config: RunConfig | str | Path | dict,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    quiet: bool = True,
+    callbacks: list[Callback] | None = None,
+) -> Result:
+    """Run one experiment and write its run directory (config.yaml, metrics.csv, summary.json...)."""
+    cfg = config if isinstance(config, RunConfig) else (
+        load_config(data=config) if isinstance(config, dict) else load_config(config)
+    )
+    out = Path(out_dir) if out_dir else default_out_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    _attach_log(out)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    resolved = dump_config(cfg)
+    ckpt = None
+    if resume and (out / CHECKPOINT).exists():
+        old = (out / "config.yaml").read_text() if (out / "config.yaml").exists() else None
+        if old is not None and old != resolved:
+            raise FedwearError(f"{out}: --resume with a different config; use the same config or a new --out")
+        ckpt = load_checkpoint(out / CHECKPOINT)
+    (out / "config.yaml").write_text(resolved)
+
+    t0 = time.perf_counter()
+    data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+    cbs: list[Callback] = [CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
+    if not quiet:
+        cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}"))
+    runner = Runner(cfg, data, cbs)
+    if ckpt is not None:
+        runner.restore(ckpt["round"], ckpt["server"], ckpt["clients"])
+    runner.run()
+    wall = time.perf_counter() - t0
+
+    previous = out / "summary.json"
+    if ckpt is not None and previous.exists():  # wall time accumulates over resumed segments
+        wall += json.loads(previous.read_text()).get("wall_time_s", 0.0)
+    from fedwear.summary import build_summary
+
+    metrics = pd.read_csv(out / "metrics.csv")
+    rounds = pd.read_csv(out / "rounds.csv")
+    summary = build_summary(cfg, metrics, rounds, wall, __version__)
+    summary["clients"] = {"train": len(data.clients), "new": len(data.new_clients)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return Result(out, summary)
+
+
+def _attach_log(out: Path) -> None:
+    log = logging.getLogger("fedwear")
+    log.setLevel(logging.INFO)
+    for h in list(log.handlers):
+        if getattr(h, "_fedwear_run", False):
+            log.removeHandler(h)
+    h = logging.FileHandler(out / "run.log")
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    h._fedwear_run = True  # type: ignore[attr-defined]
+    log.addHandler(h)

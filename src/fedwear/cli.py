@@ -1,0 +1,138 @@
+"""The ``fedwear`` command line: run, compare, data, methods, flower."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedwear.errors import FedwearError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
+data_app = typer.Typer(no_args_is_help=True, help="Datasets: list them, inspect one.")
+app.add_typer(data_app, name="data")
+
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config key: --set rounds=10")]
+
+
+def _fail(e: Exception) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+def _console_logging(quiet: bool) -> None:
+    log = logging.getLogger("fedwear")
+    if not any(getattr(h, "_fedwear_console", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setLevel(logging.ERROR if quiet else logging.WARNING)
+        h.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        h._fedwear_console = True  # type: ignore[attr-defined]
+        log.addHandler(h)
+
+
+@app.command()
+def run(
+    config: Path,
+    set_: SetOpt = None,
+    out: Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")] = None,
+    resume: Annotated[bool, typer.Option(help="continue from the run directory's last checkpoint")] = False,
+    quiet: Annotated[bool, typer.Option(help="no progress bar (CI, scripts)")] = False,
+) -> None:
+    """Run one experiment from a YAML config."""
+    from fedwear.api import run as run_api
+    from fedwear.config import load_config
+    from fedwear.report.tables import summary_table
+
+    _console_logging(quiet)
+    try:
+        cfg = load_config(config, set_ or [])
+        result = run_api(cfg, out, resume=resume, quiet=quiet)
+    except FedwearError as e:
+        _fail(e)
+    typer.echo(summary_table(result.summary))
+    typer.echo(f"run directory: {result.out_dir}")
+
+
+@app.command()
+def compare(
+    config: Path,
+    methods: Annotated[str, typer.Option(help="comma-separated methods, e.g. fedavg,fedprox,local")],
+    seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0",
+    set_: SetOpt = None,
+    out: Annotated[Path | None, typer.Option(help="folder for the runs and the table")] = None,
+    select: Annotated[str, typer.Option(help="final or best")] = "final",
+    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+) -> None:
+    """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV)."""
+    from fedwear.api import run as run_api
+    from fedwear.config import load_config
+    from fedwear.report.tables import comparison_table
+
+    _console_logging(quiet)
+    try:
+        if select not in ("final", "best"):
+            raise FedwearError(f"--select {select!r}: use final or best")
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        base = load_config(config, set_ or [])
+        root = out or Path("runs") / f"compare-{Path(config).stem}"
+        summaries: dict[str, list[dict]] = {}
+        for name in names:
+            load_config(config, [*(set_ or []), f"method={name}"])  # validate every method up front
+        for name in names:
+            for seed in seed_list:
+                cfg = load_config(config, [*(set_ or []), f"method={name}", f"seed={seed}"])
+                res = run_api(cfg, root / f"{name}-s{seed}", quiet=quiet)
+                summaries.setdefault(name, []).append(res.summary)
+        md, frame = comparison_table(summaries, select, base)
+    except (FedwearError, ValueError) as e:
+        _fail(e)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "table.md").write_text(md + "\n")
+    frame.to_csv(root / "table.csv", index=False)
+    typer.echo(md)
+    typer.echo(f"\ntable: {root / 'table.md'} and {root / 'table.csv'}")
+
+
+@data_app.command("list")
+def data_list() -> None:
+    """Datasets fedwear can read."""
+    from fedwear.data import DATASETS
+
+    for name, entry in DATASETS.items():
+        typer.echo(f"{name:12s} {entry.description}")
+
+
+@data_app.command("info")
+def data_info(name: str, root: Annotated[Path | None, typer.Option(help="folder with the dataset's files")] = None) -> None:
+    """Subjects, recordings, samples and label counts of a dataset."""
+    from fedwear.data import dataset_info
+
+    try:
+        info = dataset_info(name, str(root) if root else None)
+    except FedwearError as e:
+        _fail(e)
+    typer.echo(json.dumps(info, indent=2, default=str))
+
+
+@app.command("methods")
+def methods_cmd() -> None:
+    """Methods with one-line descriptions and their options."""
+    from fedwear.methods import METHODS
+
+    for name, cls in METHODS.items():
+        typer.echo(f"{name:12s} {cls.summary}")
+        for opt, field in cls.Options.model_fields.items():
+            typer.echo(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The run configuration: one validated object, loaded from YAML with ``--set`` overrides.
+
+Fixed keys scripts can rely on: ``method``, ``rounds``, ``clients_per_round``,
+``local_epochs``, ``seed``, ``engine``, ``dataset.name``, ``dataset.root`` and
+``method_options.<name>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fedwear.data.config import DatasetConfig
+from fedwear.errors import ConfigError
+
+VIEWS = ("personalized", "generalization", "global", "new_clients")
+METRICS = ("accuracy", "macro_f1", "auc")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Strict):
+    name: str = Field("cnn", description="harcnn (ProtoHAR's CNN) or cnn (small 1-D CNN)")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class OptimizerConfig(Strict):
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.01, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (ProtoHAR: 0.9)")
+    weight_decay: float = Field(0.0, ge=0)
+    persist: bool = Field(False, description="keep each client's optimiser state across rounds (ProtoHAR's code)")
+
+
+class EvaluationConfig(Strict):
+    every: int = Field(1, ge=1, description="evaluate every N rounds (and always after the last)")
+    views: list[Literal["personalized", "generalization", "global", "new_clients"]] = list(VIEWS)
+    auc: Literal["macro_ovr", "micro_logits"] = Field(
+        "macro_ovr",
+        description="macro one-vs-rest on softmax probabilities, or ProtoHAR's micro AUC on raw logits",
+    )
+    best_metric: str = Field("personalized.accuracy", description="view.metric that picks the best round")
+    best_split: Literal["test", "val"] = Field(
+        "test", description="test: the papers' way (optimistic); val: needs dataset.val_fraction > 0"
+    )
+    targets: dict[str, float] = Field(default_factory=dict, description="view.metric -> value for rounds_to_target")
+    adapt_epochs: int = Field(5, ge=0, description="training budget of a new client's adaptation")
+    batch_size: int = Field(1024, ge=1)
+
+
+class RunConfig(Strict):
+    method: str = "fedavg"
+    rounds: int = Field(20, ge=1)
+    clients_per_round: int | float = Field(1.0, description="a count (int) or a fraction of clients (float in (0, 1])")
+    local_epochs: int = Field(1, ge=0)
+    batch_size: int = Field(32, ge=1)
+    grad_clip: float | None = Field(None, gt=0)
+    seed: int = 0
+    engine: Literal["sim", "flower-sim"] = "sim"
+    threads: int | None = Field(None, ge=1, description="torch threads; null leaves torch's default")
+    checkpoint_every: int = Field(1, ge=0, description="save a checkpoint every N rounds (0: never)")
+    dataset: DatasetConfig = DatasetConfig()
+    model: ModelConfig = ModelConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    method_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("clients_per_round")
+    @classmethod
+    def _check_cpr(cls, v: int | float) -> int | float:
+        if isinstance(v, float) and not 0 < v <= 1:
+            raise ValueError("a fraction must be in (0, 1]; use an int for a count")
+        if isinstance(v, int) and v < 1:
+            raise ValueError("a count must be >= 1")
+        return v
+
+    def clients_per_round_count(self, n: int) -> int:
+        v = self.clients_per_round
+        if isinstance(v, float):
+            return max(1, min(n, -(-round(v * n * 1e9) // 10**9)))  # ceil, robust to 0.15 * 20
+        return min(n, v)
+
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {k!r} is not a section")
+    node[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    out = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set rounds=10")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def _describe(err: dict, source: str) -> str:
+    key = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        parent: type[BaseModel] = RunConfig
+        for p in err["loc"][:-1]:
+            ann = parent.model_fields[str(p)].annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                parent = ann
+        return f"{source}: unknown key {key!r}; allowed keys here: {', '.join(parent.model_fields)}"
+    return f"{source}: key {key!r}: {err['msg']} (got {err.get('input')!r})"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> RunConfig:
+    """Load a YAML config (or a dict), apply ``key=value`` overrides, validate."""
+    source = str(path) if path else "config"
+    tree: dict = dict(data or {})
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found; pass a YAML file such as configs/quickstart.yaml")
+        try:
+            tree = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of keys")
+    for key, value in parse_overrides(overrides or []):
+        _set_path(tree, key, value)
+    try:
+        cfg = RunConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_describe(e.errors()[0], source)) from None
+    from fedwear.methods import parse_options  # late import: methods import config types
+
+    parse_options(cfg.method, cfg.method_options.get(cfg.method))
+    view, _, metric = cfg.evaluation.best_metric.partition(".")
+    if view not in VIEWS or metric not in METRICS:
+        raise ConfigError(
+            f"{source}: key 'evaluation.best_metric': {cfg.evaluation.best_metric!r} is not view.metric "
+            f"(views {', '.join(VIEWS)}; metrics {', '.join(METRICS)})"
+        )
+    if cfg.evaluation.best_split == "val" and cfg.dataset.val_fraction == 0:
+        raise ConfigError(f"{source}: evaluation.best_split=val needs dataset.val_fraction > 0")
+    return cfg
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

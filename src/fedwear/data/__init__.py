@@ -1,0 +1,112 @@
+"""fedwear's data layer: raw loaders, preprocessing, client partitions, splits and a disk cache.
+
+Pipeline of :func:`load_federated`: load -> select/resample/window per recording -> partition
+into clients -> label skew -> per-client split -> ``held_out`` -> normalise -> FederatedData.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from fedwear.data import cache, synthetic, uci_hapt, usc_had
+from fedwear.data.config import DatasetConfig
+from fedwear.data.partition import assemble
+from fedwear.data.preprocess import preprocess, require_root
+from fedwear.data.types import UNLABELLED, FederatedData, RawDataset
+from fedwear.errors import ConfigError
+
+__all__ = ["DATASETS", "dataset_info", "dataset_module", "load_federated", "load_raw"]
+
+#: name -> loader module; each has NAME, DESCRIPTION, RATE_HZ, CHANNELS, CLASS_NAMES,
+#: ``data_files(root) -> list[Path]`` and ``load(cfg) -> RawDataset``.
+DATASETS: dict[str, ModuleType] = {m.NAME: m for m in (synthetic, uci_hapt, usc_had)}
+
+
+def dataset_module(name: str) -> ModuleType:
+    """The loader module for ``name``; ConfigError listing the known names otherwise."""
+    if name not in DATASETS:
+        raise ConfigError(f"dataset.name: unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def _files(cfg: DatasetConfig) -> tuple[list[Path], Path | None]:
+    mod = dataset_module(cfg.name)
+    if mod is synthetic:
+        return [], None
+    root = require_root(cfg)
+    return mod.data_files(root), root
+
+
+def load_raw(cfg: DatasetConfig) -> RawDataset:
+    """The dataset's recordings as shipped (native rate, all channels and classes)."""
+    return dataset_module(cfg.name).load(cfg)
+
+
+def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
+    """Build (or read from ``cfg.cache_dir``) the federated dataset for ``cfg``.
+
+    ``cfg.seed`` overrides ``seed`` when set; it drives every random choice (partition, label
+    skew, splits, held-out clients) through numpy Generators.
+    """
+    seed = cfg.seed if cfg.seed is not None else seed
+    files, root = _files(cfg)
+    path = cache.cache_path(cfg, cache.cache_key(cfg, seed, files, root))
+    hit = cache.load(path)
+    if hit is not None:
+        return hit
+
+    raw = load_raw(cfg)
+    native = raw.recordings[0].rate_hz if raw.recordings else None
+    proc, windows, rate = preprocess(raw, cfg)
+    clients, new, info = assemble(windows, proc.recordings, cfg, seed)
+    info.update(
+        native_rate_hz=native,
+        stride=cfg.stride or cfg.window,
+        class_ids=list(cfg.classes)
+        if cfg.classes is not None
+        else list(range(len(raw.class_names))),
+        recordings=[f"{r.subject}/{r.session}" for r in proc.recordings],
+        num_windows=len(windows),
+    )
+    data = FederatedData(
+        name=cfg.name,
+        clients=clients,
+        new_clients=new,
+        class_names=proc.class_names,
+        channels=proc.recordings[0].channels,
+        rate_hz=rate,
+        window=cfg.window,
+        info=info,
+    )
+    cache.save(path, data)
+    return data
+
+
+def dataset_info(name: str, root: str | Path | None) -> dict[str, object]:
+    """Facts about a dataset on disk for ``fedwear data list/info``: description, native rate,
+    channels, classes, and counts of files, subjects, recordings, samples and labelled samples
+    per class."""
+    mod = dataset_module(name)
+    cfg = DatasetConfig(name=name, root=None if root is None else str(root), cache_dir=None)
+    files, _ = _files(cfg)
+    raw = mod.load(cfg)
+    counts: Counter[int] = Counter()
+    for r in raw.recordings:
+        lab, n = np.unique(r.labels[r.labels != UNLABELLED], return_counts=True)
+        counts.update(dict(zip(lab.tolist(), n.tolist(), strict=True)))
+    return {
+        "name": name,
+        "description": mod.DESCRIPTION,
+        "rate_hz": raw.recordings[0].rate_hz if raw.recordings else mod.RATE_HZ,
+        "channels": raw.recordings[0].channels if raw.recordings else list(mod.CHANNELS),
+        "class_names": raw.class_names,
+        "files": len(files),
+        "subjects": len({r.subject for r in raw.recordings}),
+        "recordings": len(raw.recordings),
+        "samples": int(sum(len(r.labels) for r in raw.recordings)),
+        "label_counts": {raw.class_names[k]: counts.get(k, 0) for k in range(len(raw.class_names))},
+    }

@@ -1,0 +1,73 @@
+"""Disk cache of finished :class:`FederatedData` objects.
+
+The key is a sha256 over the dataset name, the raw files (relative path, size, mtime), the full
+dataset config, the seed and :data:`CACHE_VERSION`; any change to these rebuilds. Entries are
+pickles written atomically (temporary file + ``os.replace``); an unreadable entry is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+from fedwear.data.config import DatasetConfig
+from fedwear.data.types import FederatedData
+
+CACHE_VERSION = 1  # bump whenever the processing changes what a config produces
+
+
+def cache_key(cfg: DatasetConfig, seed: int, files: list[Path], root: Path | None) -> str:
+    """Hex sha256 identifying the processed result of ``cfg`` on ``files`` with ``seed``."""
+    listing = []
+    for p in sorted(files):
+        st = p.stat()
+        rel = str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else str(p)
+        listing.append([rel, st.st_size, st.st_mtime_ns])
+    payload = {
+        "version": CACHE_VERSION,
+        "name": cfg.name,
+        "files": listing,
+        "config": cfg.model_dump(mode="json"),
+        "seed": seed,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def cache_path(cfg: DatasetConfig, key: str) -> Path | None:
+    """Where the entry for ``key`` lives, or None when caching is disabled."""
+    if cfg.cache_dir is None:
+        return None
+    return Path(cfg.cache_dir).expanduser() / f"{cfg.name}-{key[:24]}.pkl"
+
+
+def load(path: Path | None) -> FederatedData | None:
+    """The cached object, or None if absent or unreadable (a corrupt entry is just rebuilt)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        with path.open("rb") as fh:
+            obj = pickle.load(fh)
+    except Exception:  # truncated / corrupt / from an incompatible version
+        return None
+    return obj if isinstance(obj, FederatedData) else None
+
+
+def save(path: Path | None, data: FederatedData) -> None:
+    """Write ``data`` to ``path`` atomically; failures to write only skip caching."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,228 @@
+"""From recordings to labelled windows: channel/class selection, resampling, windowing,
+finiteness checks and per-channel normalisation; plus small file helpers shared by the loaders.
+
+Sources: the sliding-window segmentation used throughout HAR (e.g. Bulling et al., "A tutorial
+on human activity recognition using body-worn inertial sensors", ACM CSUR 2014, sec. 3.3); the
+leak-free rule (a window never spans two labels or two recordings) is ours. Resampling uses the
+polyphase anti-aliasing filter of ``scipy.signal.resample_poly``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+from scipy.signal import resample_poly
+
+from fedwear.data.config import DatasetConfig
+from fedwear.data.types import UNLABELLED, RawDataset, Recording, Windows
+from fedwear.errors import ConfigError, DataError
+
+# --------------------------------------------------------------------------- file helpers
+
+
+def require_root(cfg: DatasetConfig) -> Path:
+    """Return ``cfg.root`` as an existing folder, or raise a one-line error saying how to set it."""
+    if cfg.root is None:
+        raise ConfigError(
+            f"dataset.root is not set for dataset '{cfg.name}': "
+            f"set dataset.root=/path/to/{cfg.name} (see README 'Data')"
+        )
+    root = Path(cfg.root).expanduser()
+    if not root.is_dir():
+        raise DataError(
+            f"dataset root {str(root)!r} does not exist or is not a folder: "
+            f"set dataset.root=/path/to/{cfg.name} (see README 'Data')"
+        )
+    return root
+
+
+def read_bytes(path: Path) -> bytes:
+    """File contents, transparently gunzipped when the name ends in ``.gz``."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as fh:
+            return fh.read()
+    return path.read_bytes()
+
+
+def read_stream(path: Path) -> io.BytesIO:
+    """:func:`read_bytes` wrapped in a seekable stream (for readers that need one)."""
+    return io.BytesIO(read_bytes(path))
+
+
+def read_failed(path: Path, exc: BaseException) -> DataError:
+    """A one-line DataError for a file the reader could not parse."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return DataError(
+        f"cannot read {path} ({what}): the file is corrupt or truncated; "
+        "re-download it or remove it from the dataset folder"
+    )
+
+
+def prefer_plain(paths: list[Path]) -> list[Path]:
+    """Drop ``X.gz`` when ``X`` is also present, so each file is read once."""
+    names = {p for p in paths if p.suffix != ".gz"}
+    return [p for p in paths if not (p.suffix == ".gz" and p.with_suffix("") in names)]
+
+
+def check_finite(signal: np.ndarray, where: str) -> None:
+    """Raise a DataError naming ``where`` if ``signal`` holds NaN or inf."""
+    finite = np.isfinite(signal)
+    if not finite.all():
+        bad = int(np.size(finite) - np.count_nonzero(finite))
+        raise DataError(
+            f"{where} has {bad} NaN/inf value(s): clean or interpolate them in that file, "
+            "or remove the file"
+        )
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def select(raw: RawDataset, cfg: DatasetConfig) -> RawDataset:
+    """Keep ``dataset.channels`` and ``dataset.classes`` (classes are re-indexed 0..k-1 in the
+    given order; other labels become UNLABELLED). Also checks every signal is finite."""
+    channels = raw.recordings[0].channels if raw.recordings else []
+    if cfg.channels is not None:
+        unknown = [c for c in cfg.channels if c not in channels]
+        if unknown or not cfg.channels:
+            raise ConfigError(
+                f"dataset.channels: unknown channel(s) {unknown} for '{raw.name}'; "
+                f"available: {', '.join(channels)}"
+            )
+        cidx = [channels.index(c) for c in cfg.channels]
+    else:
+        cidx = list(range(len(channels)))
+
+    lut: np.ndarray | None = None
+    class_names = raw.class_names
+    if cfg.classes is not None:
+        k = len(raw.class_names)
+        bad = [c for c in cfg.classes if not 0 <= c < k]
+        if bad or not cfg.classes or len(set(cfg.classes)) != len(cfg.classes):
+            raise ConfigError(
+                f"dataset.classes: {cfg.classes} must be distinct indices in 0..{k - 1} "
+                f"for '{raw.name}' ({', '.join(f'{i}={n}' for i, n in enumerate(class_names))})"
+            )
+        lut = np.full(k + 1, UNLABELLED, np.int64)  # last slot maps UNLABELLED (-1) to itself
+        lut[np.asarray(cfg.classes)] = np.arange(len(cfg.classes))
+        class_names = [raw.class_names[c] for c in cfg.classes]
+
+    recs = []
+    for r in raw.recordings:
+        check_finite(r.signal, f"recording {r.session} of subject {r.subject} ({raw.name})")
+        sig = r.signal if cidx == list(range(len(r.channels))) else r.signal[:, cidx]
+        labels = r.labels if lut is None else lut[r.labels]
+        chans = [r.channels[i] for i in cidx]
+        recs.append(Recording(r.subject, r.session, sig, labels, chans, r.rate_hz))
+    return RawDataset(raw.name, recs, class_names)
+
+
+# --------------------------------------------------------------------------- resampling
+
+
+def rate_ratio(native: float, target: float, max_den: int = 1000) -> tuple[int, int]:
+    """``(up, down)``: a rational approximation of ``target / native``."""
+    frac = Fraction(target / native).limit_denominator(max_den)
+    if frac.numerator == 0:
+        raise ConfigError(f"dataset.rate_hz={target} is too low for native rate {native} Hz")
+    return frac.numerator, frac.denominator
+
+
+def resample(rec: Recording, target: float) -> Recording:
+    """Anti-aliased polyphase resampling of the signal; labels follow the nearest sample."""
+    up, down = rate_ratio(rec.rate_hz, target)
+    if up == down:
+        return rec
+    n = len(rec.labels)
+    sig = resample_poly(rec.signal, up, down, axis=0, padtype="line").astype(np.float32)
+    src = np.minimum(np.rint(np.arange(len(sig)) * (down / up)).astype(np.int64), n - 1)
+    labels = rec.labels[src] if n else rec.labels
+    return Recording(rec.subject, rec.session, sig, labels, rec.channels, rec.rate_hz * up / down)
+
+
+# --------------------------------------------------------------------------- windowing
+
+
+def window_starts(labels: np.ndarray, window: int, stride: int) -> np.ndarray:
+    """Start indices of windows lying inside one constant, labelled run of ``labels``.
+
+    Within each run the windows start at the run's first sample and step by ``stride``.
+    """
+    n = len(labels)
+    if n < window:
+        return np.zeros(0, np.int64)
+    cuts = np.flatnonzero(np.diff(labels)) + 1
+    run_start = np.concatenate(([0], cuts))
+    run_end = np.concatenate((cuts, [n]))
+    keep = (labels[run_start] != UNLABELLED) & (run_end - run_start >= window)
+    out = [
+        np.arange(s, e - window + 1, stride)
+        for s, e in zip(run_start[keep], run_end[keep], strict=True)
+    ]
+    return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
+
+
+def make_windows(recordings: list[Recording], window: int, stride: int) -> Windows:
+    """Cut every recording into ``[N, window, C]`` float32 windows labelled by their run."""
+    xs, ys, rs, ss = [], [], [], []
+    for i, rec in enumerate(recordings):
+        starts = window_starts(rec.labels, window, stride)
+        if not len(starts):
+            continue
+        view = np.lib.stride_tricks.sliding_window_view(rec.signal, window, axis=0)
+        xs.append(np.ascontiguousarray(view[starts].transpose(0, 2, 1), dtype=np.float32))
+        ys.append(rec.labels[starts].astype(np.int64))
+        rs.append(np.full(len(starts), i, np.int64))
+        ss.append(starts)
+    if not xs:
+        c = len(recordings[0].channels) if recordings else 0
+        return Windows.empty(window, c)
+    return Windows(np.concatenate(xs), np.concatenate(ys), np.concatenate(rs), np.concatenate(ss))
+
+
+def preprocess(raw: RawDataset, cfg: DatasetConfig) -> tuple[RawDataset, Windows, float]:
+    """Select, resample and window; returns the processed recordings, all windows and the rate."""
+    if not raw.recordings:
+        raise DataError(f"dataset '{raw.name}' has no recordings: check dataset.root")
+    raw = select(raw, cfg)
+    if cfg.rate_hz is not None:
+        raw = RawDataset(
+            raw.name, [resample(r, cfg.rate_hz) for r in raw.recordings], raw.class_names
+        )
+    rate = raw.recordings[0].rate_hz
+    stride = cfg.stride or cfg.window
+    wins = make_windows(raw.recordings, cfg.window, stride)
+    if not len(wins):
+        raise DataError(
+            f"dataset '{raw.name}' gives no windows of {cfg.window} samples at {rate:g} Hz "
+            "(after dataset.classes): lower dataset.window or keep more classes"
+        )
+    return raw, wins, rate
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def channel_stats(xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std over all windows and time steps of the ``[N, T, C]`` arrays
+    in ``xs`` pooled (two passes, float64 accumulators); a std below 1e-8 becomes 1."""
+    c = xs[0].shape[-1] if xs else 0
+    count = sum(x.shape[0] * x.shape[1] for x in xs)
+    if count == 0:
+        return np.zeros(c, np.float32), np.ones(c, np.float32)
+    mean = sum(x.sum(axis=(0, 1), dtype=np.float64) for x in xs) / count
+    var = sum(((x - mean) ** 2).sum(axis=(0, 1)) for x in xs) / count
+    std = np.sqrt(var)
+    std[std < 1e-8] = 1.0
+    return np.asarray(mean, np.float32), np.asarray(std, np.float32)
+
+
+def apply_stats(w: Windows, mean: np.ndarray, std: np.ndarray) -> Windows:
+    """``(x - mean) / std`` per channel, as float32."""
+    x = ((w.x - mean) / std).astype(np.float32, copy=False)
+    return Windows(x, w.y, w.recording, w.start)

@@ -1,0 +1,144 @@
+"""Per-client train/val/test splits that never let a train window overlap a val/test window.
+
+Modes (``dataset.split``):
+
+* ``time``: per class, windows in (recording, start) order; the first ``1 - test_fraction`` go
+  to the train side, the rest to test, and test windows of the boundary recording that start
+  less than one window after the last train window ends are dropped (a one-window gap, the
+  "purged" split of de Prado, *Advances in Financial Machine Learning*, 2018, ch. 7). Val is cut
+  from the end of the train side the same way.
+* ``stratified``: random stratified split (scikit-learn ``train_test_split``), as most HAR FL
+  papers do; non-stratified when a class has fewer than 2 windows.
+* ``fewshot``: ProtoHAR's per-class cap (SPECS A2 step 2; Cheng et al., ProtoHAR, 2023):
+  ``tr = min(int(0.7 n), shots)``, re-drawn in ``shots-2..shots+1`` when capped,
+  ``te = max(int(tr * 0.3 / 0.7), 1)``, shuffle, train first ``tr``, test next ``te``.
+
+In every mode val is taken from the train side (``val_fraction`` of it), and afterwards any
+val/test window that overlaps a train window of the same recording (possible when
+``stride < window`` in the random modes) is dropped, as is any test window overlapping val.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from fedwear.data.config import DatasetConfig
+from fedwear.data.types import Windows
+
+Split = tuple[np.ndarray, np.ndarray, np.ndarray]
+_KEY = np.int64(1) << 40  # recording stride in the (recording, start) sort key
+
+
+def _keys(w: Windows, idx: np.ndarray) -> np.ndarray:
+    return w.recording[idx] * _KEY + w.start[idx]
+
+
+def purge(w: Windows, keep: np.ndarray, other: np.ndarray, window: int) -> np.ndarray:
+    """``other`` without the windows that overlap any window of ``keep`` in the same recording."""
+    if not len(keep) or not len(other):
+        return other
+    ka = np.sort(_keys(w, keep))
+    kb = _keys(w, other)
+    pos = np.searchsorted(ka, kb)
+    right = ka[np.minimum(pos, len(ka) - 1)]
+    left = ka[np.maximum(pos - 1, 0)]
+    hit = (np.abs(right - kb) < window) | (np.abs(kb - left) < window)
+    return other[~hit]
+
+
+def _ordered(w: Windows, idx: np.ndarray) -> np.ndarray:
+    return idx[np.lexsort((w.start[idx], w.recording[idx]))]
+
+
+def _time_cut(w: Windows, idx: np.ndarray, frac: float, window: int) -> tuple[np.ndarray, ...]:
+    """Time-ordered cut of one class: ``(first, rest)`` with a one-window gap between them."""
+    idx = _ordered(w, idx)
+    n_rest = min(int(round(len(idx) * frac)), len(idx) - 1) if len(idx) else 0
+    first, rest = idx[: len(idx) - n_rest], idx[len(idx) - n_rest :]
+    if len(first) and len(rest):
+        last = first[-1]
+        limit = w.start[last] + 2 * window  # end of last train window + one window
+        same = w.recording[rest] == w.recording[last]
+        rest = rest[~same | (w.start[rest] >= limit)]
+    return first, rest
+
+
+def _by_class(
+    w: Windows, idx: np.ndarray, cut: Callable[..., tuple[np.ndarray, ...]], *args: object
+) -> tuple[np.ndarray, np.ndarray]:
+    """Apply ``cut(w, class_idx, *args) -> (first, rest)`` to each class and concatenate."""
+    firsts, rests = [], []
+    for c in np.unique(w.y[idx]):
+        f, r = cut(w, idx[w.y[idx] == c], *args)
+        firsts.append(f)
+        rests.append(r)
+    if not firsts:
+        return idx[:0], idx[:0]
+    return np.concatenate(firsts), np.concatenate(rests)
+
+
+def _random_cut(
+    y: np.ndarray, idx: np.ndarray, frac: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified random cut (non-stratified fallback); ``rest`` gets ``frac`` of ``idx``."""
+    if len(idx) < 2 or frac <= 0:
+        return idx, idx[:0]
+    state = int(rng.integers(2**31 - 1))
+    _, counts = np.unique(y[idx], return_counts=True)
+    if counts.min() >= 2:
+        try:
+            a, b = train_test_split(idx, test_size=frac, stratify=y[idx], random_state=state)
+            return np.asarray(a), np.asarray(b)
+        except ValueError:  # e.g. fewer test slots than classes
+            pass
+    a, b = train_test_split(idx, test_size=frac, random_state=state)
+    return np.asarray(a), np.asarray(b)
+
+
+def _fewshot(
+    w: Windows, idx: np.ndarray, cfg: DatasetConfig, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """ProtoHAR's per-class few-shot train/test selection (SPECS A2 step 2)."""
+    p_tr, p_te = 1.0 - cfg.test_fraction, cfg.test_fraction
+    trains, tests = [], []
+    for c in np.unique(w.y[idx]):
+        cls = idx[w.y[idx] == c]
+        tr = min(int(p_tr * len(cls)), cfg.shots)
+        if tr == cfg.shots:
+            tr = int(rng.integers(max(1, cfg.shots - 2), cfg.shots + 2))
+        if tr == 0:
+            continue
+        te = max(int(tr * p_te / p_tr), 1)
+        perm = rng.permutation(cls)
+        trains.append(perm[:tr])
+        tests.append(perm[tr : tr + te])
+    if not trains:
+        return idx[:0], idx[:0]
+    return np.concatenate(trains), np.concatenate(tests)
+
+
+def split_indices(w: Windows, cfg: DatasetConfig, rng: np.random.Generator) -> Split:
+    """``(train, val, test)`` index arrays into ``w`` (each sorted) following ``cfg.split``."""
+    window = w.x.shape[1]
+    idx = np.arange(len(w))
+    if cfg.split == "time":
+        side, test = _by_class(w, idx, _time_cut, cfg.test_fraction, window)
+        train, val = _by_class(w, side, _time_cut, cfg.val_fraction, window)
+    elif cfg.split == "stratified":
+        side, test = _random_cut(w.y, idx, cfg.test_fraction, rng)
+        train, val = _random_cut(w.y, side, cfg.val_fraction, rng)
+    else:
+        side, test = _fewshot(w, idx, cfg, rng)
+        train, val = _by_class(w, side, _tail_cut, cfg.val_fraction)
+    val = purge(w, train, val, window)
+    test = purge(w, np.concatenate([train, val]), test, window)
+    return np.sort(train), np.sort(val), np.sort(test)
+
+
+def _tail_cut(w: Windows, idx: np.ndarray, frac: float) -> tuple[np.ndarray, np.ndarray]:
+    """Last ``round(frac * n)`` of ``idx`` (kept in the given order), at least one left."""
+    n_rest = min(int(round(len(idx) * frac)), len(idx) - 1) if len(idx) else 0
+    return idx[: len(idx) - n_rest], idx[len(idx) - n_rest :]

@@ -1,0 +1,92 @@
+"""Plain containers passed between the data layer and the rest of fedwear."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+UNLABELLED = -1
+
+
+@dataclass
+class Recording:
+    """One continuous recording as the dataset ships it.
+
+    ``signal`` is float32 ``[T, C]``; ``labels`` is int64 ``[T]`` with class indices
+    (0-based, into the dataset's ``class_names``) or ``UNLABELLED`` (-1).
+    """
+
+    subject: str
+    session: str
+    signal: np.ndarray
+    labels: np.ndarray
+    channels: list[str]
+    rate_hz: float
+
+
+@dataclass
+class RawDataset:
+    name: str
+    recordings: list[Recording]
+    class_names: list[str]
+
+
+@dataclass
+class Windows:
+    """Windows cut from recordings. ``x`` is float32 ``[N, T, C]``, ``y`` int64 ``[N]``.
+
+    ``recording`` (index into the source recording list) and ``start`` (first sample,
+    at the processed rate) let splits prove that train and test never overlap.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    recording: np.ndarray
+    start: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def take(self, idx: np.ndarray) -> Windows:
+        return Windows(self.x[idx], self.y[idx], self.recording[idx], self.start[idx])
+
+    @staticmethod
+    def empty(window: int, channels: int) -> Windows:
+        return Windows(
+            np.zeros((0, window, channels), np.float32),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+        )
+
+
+@dataclass
+class ClientData:
+    """One client's splits. ``val`` may be empty."""
+
+    client_id: str
+    train: Windows
+    test: Windows
+    val: Windows
+
+
+@dataclass
+class FederatedData:
+    """What a run trains and evaluates on.
+
+    ``clients`` train; ``new_clients`` never train and are used for the new-client view.
+    """
+
+    name: str
+    clients: list[ClientData]
+    new_clients: list[ClientData]
+    class_names: list[str]
+    channels: list[str]
+    rate_hz: float
+    window: int
+    info: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)

@@ -1,0 +1,147 @@
+"""The server-side round loop shared by every engine; engines only execute client work.
+
+Cross-cutting concerns (metric sinks, checkpoints, progress, early stopping) hang on the
+loop as callbacks (``fedwear.callbacks``), never inside a method.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from fedwear.config import RunConfig
+from fedwear.data.types import FederatedData, Windows
+from fedwear.engines.client import Row
+from fedwear.methods import Method, Record, Task, build_method
+from fedwear.seeding import client_schedule
+
+log = logging.getLogger("fedwear")
+
+
+class Executor(Protocol):
+    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]: ...
+    def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]: ...
+    def client_states(self) -> dict[str, Record]: ...
+    def restore(self, states: dict[str, Record]) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class RoundInfo:
+    round: int
+    clients: list[str]
+    bytes_down: int
+    bytes_up: int
+    dropped: dict[str, str]
+    train_loss: float
+    wall_s: float
+    rows: list[dict] = field(default_factory=list)  # evaluation rows with "round" and "client"
+
+
+class Callback:
+    def on_start(self, runner: Runner) -> None: ...
+    def on_round(self, runner: Runner, info: RoundInfo) -> None: ...
+    def on_end(self, runner: Runner) -> None: ...
+
+
+def pooled_test(data: FederatedData) -> Windows:
+    tests = [c.test for c in data.clients]
+    return Windows(*(np.concatenate([getattr(w, f) for w in tests]) for f in ("x", "y", "recording", "start")))
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, data: FederatedData, callbacks: list[Callback]) -> None:
+        self.cfg = cfg
+        self.data = data
+        self.callbacks = callbacks
+        task = Task(cfg, data.window, len(data.channels), data.num_classes)
+        self.method: Method = build_method(task)
+        self.train_clients = self.method.training_clients(data)
+        self.train_ids = [c.client_id for c in self.train_clients]
+        ids = [c.client_id for c in data.clients]
+        self.schedule = client_schedule(cfg.seed, ids, cfg.rounds, cfg.clients_per_round_count(len(ids)))
+        self.server: Record = self.method.init_server()
+        self.start_round = 1
+        self.stop = False
+        self.executor: Executor = self._make_executor()
+
+    def _make_executor(self) -> Executor:
+        d = self.data
+        if self.cfg.engine == "flower-sim":
+            from fedwear.engines.flower import FlowerSimExecutor
+
+            return FlowerSimExecutor(self.method, self.train_clients, d, self.cfg)
+        from fedwear.engines.sim import SimExecutor
+
+        return SimExecutor(self.method, self.train_clients, d.clients, d.new_clients, pooled_test(d), self.cfg)
+
+    def restore(self, round: int, server: Record, states: dict[str, Record]) -> None:
+        self.server = server
+        self.executor.restore(states)
+        self.start_round = round + 1
+
+    def evaluation_due(self, r: int) -> bool:
+        return r % self.cfg.evaluation.every == 0 or r == self.cfg.rounds or self.stop
+
+    def run(self) -> None:
+        for cb in self.callbacks:
+            cb.on_start(self)
+        try:
+            for r in range(self.start_round, self.cfg.rounds + 1):
+                info = self.run_round(r)
+                for cb in self.callbacks:
+                    cb.on_round(self, info)
+                if self.stop:
+                    break
+        finally:
+            self.executor.close()
+            for cb in self.callbacks:
+                cb.on_end(self)
+
+    def run_round(self, r: int) -> RoundInfo:
+        t0 = time.perf_counter()
+        m = self.method
+        clients = m.select(self.server, r, self.schedule[r - 1], self.train_ids)
+        downs = {c: m.configure(self.server, c, r) for c in clients}
+        replies = self.executor.fit(r, downs)
+        dropped: dict[str, str] = {}
+        accepted: dict[str, Record] = {}
+        for c in clients:
+            reply = replies.get(c)
+            reason = "no reply" if reply is None else m.validate_reply(downs[c], reply)
+            if reason:
+                dropped[c] = reason
+                log.warning("round %d: client %s left out of aggregation: %s", r, c, reason)
+            else:
+                accepted[c] = reply
+        self.server = m.aggregate(self.server, accepted, r)
+        losses = [float(v.scalars["loss"]) for v in accepted.values() if "loss" in v.scalars]
+        info = RoundInfo(
+            round=r,
+            clients=clients,
+            bytes_down=sum(d.nbytes for d in downs.values()),
+            bytes_up=sum(v.nbytes for v in accepted.values()),
+            dropped=dropped,
+            train_loss=float(np.mean(losses)) if losses else float("nan"),
+            wall_s=0.0,
+        )
+        if self.evaluation_due(r):
+            info.rows = self.evaluate(r)
+        info.wall_s = time.perf_counter() - t0
+        return info
+
+    def evaluate(self, r: int) -> list[dict]:
+        m = self.method
+        ids = [c.client_id for c in self.data.clients]
+        new_ids = [c.client_id for c in self.data.new_clients] if "new_clients" in self.cfg.evaluation.views else []
+        downs = {c: m.configure(self.server, c, r) for c in ids + new_ids}
+        results = self.executor.evaluate(r, downs, m.global_message(self.server))
+        rows = []
+        for cid in ids + new_ids:
+            for row in results.get(cid, []):
+                rows.append({"round": r, "client": cid, **row})
+        return rows

@@ -1,0 +1,42 @@
+"""Registry of federated methods: one file per method, named after it."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from fedwear.errors import ConfigError
+from fedwear.methods.api import Method, Options, Record, Task
+from fedwear.methods.centralized import Centralized
+from fedwear.methods.fedavg import FedAvg
+from fedwear.methods.fedprox import FedProx
+from fedwear.methods.local import Local
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (FedAvg, FedProx, Local, Centralized)}
+
+
+def method_class(name: str) -> type[Method]:
+    if name not in METHODS:
+        raise ConfigError(f"method: unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+def parse_options(name: str, raw: dict | None) -> Options:
+    """Validate ``method_options.<name>`` against the method's Options model."""
+    cls = method_class(name)
+    try:
+        return cls.Options(**(raw or {}))
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        allowed = ", ".join(cls.Options.model_fields) or "none"
+        raise ConfigError(
+            f"method_options.{name}.{key}: {err['msg']} (got {err.get('input')!r}; options: {allowed})"
+        ) from None
+
+
+def build_method(task: Task) -> Method:
+    cfg = task.config
+    return method_class(cfg.method)(task, parse_options(cfg.method, cfg.method_options.get(cfg.method)))
+
+
+__all__ = ["METHODS", "Method", "Options", "Record", "Task", "build_method", "method_class", "parse_options"]

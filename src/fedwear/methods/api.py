@@ -1,0 +1,148 @@
+"""The method contract: what every federated method implements, whatever the engine.
+
+A method never sees threads, sockets or Flower. It works on :class:`Record` values
+(named numpy arrays + a few scalars): a *message* crosses the network, the *server state*
+stays on the server, a *client state* stays on a client between rounds. The engine
+drives one round as::
+
+    clients = m.select(server, round, scheduled, all_clients)
+    for c in clients:                                   # sequential, vectorised or remote
+        down = m.configure(server, c, round)
+        up, state[c] = m.fit(down, state[c], data[c], round, seed(c, round))
+    server = m.aggregate(server, {c: up_c}, round)
+
+and evaluates with ``personalize`` + ``personal_predictor`` (personalized and
+generalization views), ``global_message`` + ``global_predictor`` (global view) and
+``adapt`` + ``personal_predictor`` (new clients). ``docs/architecture.md`` maps the five
+seed methods and their baselines onto these hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from fedwear.config import RunConfig
+    from fedwear.data.types import ClientData, FederatedData
+
+Scalar = int | float | str | bool
+Predictor = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Record:
+    """Named numpy arrays plus scalars. Bytes on the wire are the sum of the arrays' sizes."""
+
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    scalars: dict[str, Scalar] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.arrays.values()))
+
+    def __bool__(self) -> bool:
+        return bool(self.arrays or self.scalars)
+
+
+class Options(BaseModel):
+    """Base of every method's options (``method_options.<name>`` in a config)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+@dataclass
+class Task:
+    """What a method needs to know about the data and the run, nothing engine-specific."""
+
+    config: RunConfig
+    window: int
+    channels: int
+    num_classes: int
+
+
+class Method:
+    """Base contract. Concrete methods subclass :class:`fedwear.methods.fedavg.FedAvg`."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Options: ClassVar[type[Options]] = Options
+
+    def __init__(self, task: Task, options: Options) -> None:
+        self.task = task
+        self.options = options
+
+    # ---- data -------------------------------------------------------------------------
+    def training_clients(self, data: FederatedData) -> list[ClientData]:
+        """The clients that train. Centralized pools them; everything else keeps them."""
+        return data.clients
+
+    # ---- server side ------------------------------------------------------------------
+    def init_server(self) -> Record:
+        raise NotImplementedError
+
+    def select(self, server: Record, round: int, scheduled: list[str], all_clients: list[str]) -> list[str]:
+        """Clients of this round. Default: the run's up-front schedule (same for all methods).
+
+        Methods whose selection depends on server state (PCFedH's v-weighted draw per
+        cluster) draw from ``derive_seed(seed, "select", round)``.
+        """
+        return scheduled
+
+    def configure(self, server: Record, client: str, round: int) -> Record:
+        raise NotImplementedError
+
+    def aggregate(self, server: Record, replies: dict[str, Record], round: int) -> Record:
+        raise NotImplementedError
+
+    def global_message(self, server: Record) -> Record | None:
+        """The shared model as a message, or None when the method has no global model."""
+        return None
+
+    # ---- client side ------------------------------------------------------------------
+    def fit(
+        self, down: Record, state: Record, data: ClientData, round: int, seed: int
+    ) -> tuple[Record, Record]:
+        raise NotImplementedError
+
+    def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Record:
+        """Client state to evaluate a training client with. Default: its state as kept.
+
+        Meta-HAR and FedMAT fine-tune from the current global embedding here before testing.
+        """
+        return state
+
+    def personal_predictor(self, down: Record, state: Record) -> Predictor | None:
+        return None
+
+    def global_predictor(self, message: Record) -> Predictor:
+        raise NotImplementedError
+
+    def adapt(self, down: Record, data: ClientData, seed: int) -> Record:
+        """Client state of a client that never trained, after the method's own adaptation."""
+        return Record()
+
+    # ---- checks shared by engines -------------------------------------------------------
+    def validate_reply(self, down: Record, reply: Record) -> str | None:
+        """Why a client's reply is malformed (names, shapes, non-finite values), or None."""
+        expected = self.reply_spec(down)
+        if set(reply.arrays) != set(expected):
+            missing = sorted(set(expected) - set(reply.arrays))
+            extra = sorted(set(reply.arrays) - set(expected))
+            return f"array names differ (missing {missing[:3]}, unexpected {extra[:3]})"
+        for key, shape in expected.items():
+            a = reply.arrays[key]
+            if shape is not None and tuple(a.shape) != tuple(shape):
+                return f"array {key!r} has shape {tuple(a.shape)}, expected {tuple(shape)}"
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                return f"array {key!r} holds NaN or inf"
+        return None
+
+    def reply_spec(self, down: Record) -> dict[str, tuple[int, ...] | None]:
+        """Names and shapes a reply to ``down`` must have (None: any shape)."""
+        return {k: v.shape for k, v in down.arrays.items()}

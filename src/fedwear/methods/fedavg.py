@@ -1,0 +1,166 @@
+"""FedAvg (McMahan et al., AISTATS 2017, Algorithm 1): the base every method subclasses.
+
+Subclasses override only what differs: ``shared`` (the model parts sent and averaged), the
+``loss`` hook, ``begin_fit``, ``configure``/``aggregate`` or the predictors.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedwear.data.types import ClientData
+from fedwear.methods.api import Method, Predictor, Record, Task
+from fedwear.methods.api import Options as BaseOptions
+from fedwear.methods.training import (
+    load_arrays,
+    load_optimizer_arrays,
+    make_optimizer,
+    model_arrays,
+    optimizer_arrays,
+    part_parameters,
+    train_epochs,
+    weighted_mean,
+)
+from fedwear.models import SplitModel, build_model
+
+OPT_PREFIX = "optim."
+
+
+class FedAvg(Method):
+    name = "fedavg"
+    summary = "FedAvg (McMahan et al. 2017): clients train the whole model; the server averages it weighted by sample counts."
+
+    #: Model parts sent to clients and averaged by the server.
+    shared: ClassVar[tuple[str, ...]] = ("body", "head")
+    #: Model parts a client trains and keeps between rounds (never sent).
+    personal: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, task: Task, options: BaseOptions) -> None:
+        super().__init__(task, options)
+        cfg = task.config
+        self.model: SplitModel = self.new_model()
+        self.initial = model_arrays(self.model, ("body", "head"))
+        self.local_epochs = cfg.local_epochs
+        self.batch_size = cfg.batch_size
+
+    # ---- model helpers ------------------------------------------------------------------
+    def new_model(self) -> SplitModel:
+        """The model, initialised deterministically from the run seed (same on every client)."""
+        cfg = self.task.config
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            return build_model(
+                cfg.model.name, self.task.window, self.task.channels, self.task.num_classes,
+                **cfg.model.options,
+            )
+
+    def load(self, down: Record, state: Record) -> SplitModel:
+        """Reuse the one model object: initial weights, then the client's own parts, then the server's."""
+        load_arrays(self.model, self.initial)
+        load_arrays(self.model, state.arrays)
+        load_arrays(self.model, down.arrays)
+        return self.model
+
+    def optimizer(self, model: nn.Module, parts: tuple[str, ...], state: Record, lr: float | None = None):
+        o = self.task.config.optimizer
+        opt = make_optimizer(part_parameters(model, parts), o.name, lr or o.lr, o.momentum, o.weight_decay)
+        if o.persist:  # one optimiser per client kept across rounds (ProtoHAR's code, SPECS A3)
+            load_optimizer_arrays(opt, state.arrays, OPT_PREFIX)
+        return opt
+
+    def train(self, model, opt, data: ClientData, seed: int, epochs: int | None = None, loss_fn=None) -> float:
+        x, y = tensors(data)
+        return train_epochs(
+            model, opt, x, y,
+            epochs=self.local_epochs if epochs is None else epochs,
+            batch_size=self.batch_size,
+            generator=torch.Generator().manual_seed(seed),
+            loss_fn=loss_fn or self.loss,
+            clip=self.task.config.grad_clip,
+        )
+
+    # ---- server -------------------------------------------------------------------------
+    def init_server(self) -> Record:
+        return Record(model_arrays(self.model, self.shared))
+
+    def configure(self, server: Record, client: str, round: int) -> Record:
+        return Record(server.arrays)
+
+    def aggregate(self, server: Record, replies: dict[str, Record], round: int) -> Record:
+        if not replies:
+            return server
+        keys = [k for k in server.arrays if k in next(iter(replies.values())).arrays]
+        return Record({**server.arrays, **weighted_mean(replies.values(), keys)}, dict(server.scalars))
+
+    def global_message(self, server: Record) -> Record | None:
+        return Record(server.arrays)
+
+    # ---- client -------------------------------------------------------------------------
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Local objective; FedProx, MOON, ProtoHAR... override this hook."""
+        return F.cross_entropy(model(x), y)
+
+    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
+        """Called after the model is loaded and before local training (e.g. keep w_global)."""
+
+    def fit(self, down, state, data, round, seed):
+        torch.manual_seed(seed)
+        model = self.load(down, state)
+        self.begin_fit(model, down, state)
+        trainable = self.shared + self.personal
+        opt = self.optimizer(model, trainable, state)
+        loss = self.train(model, opt, data, seed)
+        up = Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
+        return up, self.client_state(model, opt)
+
+    def client_state(self, model: nn.Module, opt: torch.optim.Optimizer | None) -> Record:
+        arrays = model_arrays(model, self.personal)
+        if opt is not None and self.task.config.optimizer.persist:
+            arrays.update(optimizer_arrays(opt, OPT_PREFIX))
+        return Record(arrays)
+
+    def reply_spec(self, down: Record) -> dict[str, tuple[int, ...] | None]:
+        return {k: v.shape for k, v in down.arrays.items()}
+
+    # ---- evaluation ---------------------------------------------------------------------
+    # A predictor reuses the method's one model object: it is valid until the next call.
+    def personal_predictor(self, down: Record, state: Record) -> Predictor | None:
+        """Each client's own model: the shared parts from the server, its personal parts."""
+        return self.predictor(self.load(down, state))
+
+    def global_predictor(self, message: Record) -> Predictor:
+        return self.predictor(self.load(message, Record()))
+
+    def predictor(self, model: nn.Module) -> Predictor:
+        model.eval()
+        return model
+
+    def adapt(self, down: Record, data: ClientData, seed: int) -> Record:
+        """FedAvg has no adaptation: a new client uses the global model as it is."""
+        return Record()
+
+    def train_personal(self, down: Record, data: ClientData, seed: int, parts: tuple[str, ...]) -> Record:
+        """Adaptation by training ``parts`` for ``evaluation.adapt_epochs`` epochs from ``down``."""
+        torch.manual_seed(seed)
+        model = self.load(down, Record())
+        opt = self.optimizer(model, parts, Record())
+        self.train(model, opt, data, seed, epochs=self.task.config.evaluation.adapt_epochs)
+        return self.client_state(model, None)
+
+
+def tensors(data: ClientData, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-copy torch views of a client's split (cached on the split object)."""
+    w = getattr(data, split)
+    cached = getattr(w, "_torch", None)
+    if cached is None:
+        cached = (torch.from_numpy(np.ascontiguousarray(w.x)), torch.from_numpy(w.y))
+        object.__setattr__(w, "_torch", cached)
+    return cached
+
+
+__all__ = ["FedAvg", "tensors"]

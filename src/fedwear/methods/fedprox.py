@@ -1,0 +1,31 @@
+"""FedProx (Li et al., MLSys 2020, Eq. 2): FedAvg plus a proximal term (mu/2)||w - w_global||^2."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from fedwear.methods.api import Options
+from fedwear.methods.fedavg import FedAvg
+
+
+class FedProxOptions(Options):
+    mu: float = Field(
+        0.01, ge=0,
+        description="proximal weight; 0.01 as suggested for ProtoHAR's table (SPECS A6) and FedAli's paper",
+    )
+
+
+class FedProx(FedAvg):
+    name = "fedprox"
+    summary = "FedProx (Li et al. 2020): FedAvg with a proximal term keeping local weights near the global ones."
+    Options = FedProxOptions
+
+    def begin_fit(self, model, down, state):
+        self.anchor = [(p, p.detach().clone()) for p in model.parameters() if p.requires_grad]
+
+    def loss(self, model, x, y):
+        prox = sum(((p - g) ** 2).sum() for p, g in self.anchor)
+        return super().loss(model, x, y) + 0.5 * self.options.mu * prox
+
+
+__all__ = ["FedProx"]

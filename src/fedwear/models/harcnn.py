@@ -1,0 +1,58 @@
+"""HARCNN exactly as ProtoHAR's code (SPECS A1, ``FLAlgorithms/trainmodel/cnnbase_fc.py``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedwear.models.base import SplitModel
+
+#: ``div`` per dataset window/channel shape from ProtoHAR's ``channel_list`` (SPECS A1).
+KNOWN_DIV = {(512, 6): 20, (100, 9): 3}
+
+
+class _Body(nn.Module):
+    def __init__(self, window: int, channels: int, down: tuple[int, int], div: int) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 16, (9, 1)), nn.ReLU())
+        self.conv1 = nn.Sequential(nn.Conv2d(16, 32, (9, 1)), nn.ReLU(), nn.MaxPool2d(down))
+        self.conv2 = nn.Sequential(nn.Conv2d(32, 64, (9, 1)), nn.ReLU(), nn.MaxPool2d(down))
+        with torch.no_grad():
+            flat = self._conv(torch.zeros(1, window, channels)).shape[1]
+        self.embedding = nn.Sequential(nn.Linear(flat, flat // div), nn.ReLU())
+        self.out_features = flat // div
+
+    def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        # ProtoHAR feeds (B, 1, T, C): time is the image height, channels the width.
+        return self.conv2(self.conv1(self.stem(x.unsqueeze(1)))).flatten(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embedding(self._conv(x))
+
+
+class HARCNN(SplitModel):
+    """Three (9,1) convolutions, two max-pools, a ReLU embedding (the prototype) and a linear head.
+
+    Defaults follow SPECS A1: ``down=(2, 2)``; ``div`` from ``KNOWN_DIV`` for USC-HAD (512x6:
+    k=384) and HARBOX (100x9: k=725), otherwise chosen so the embedding lands near 384.
+    PyTorch default initialisation; no normalisation or dropout layers.
+    """
+
+    def __init__(
+        self,
+        window: int,
+        channels: int,
+        num_classes: int,
+        down: tuple[int, int] = (2, 2),
+        div: int | None = None,
+    ) -> None:
+        super().__init__()
+        down = (down[0], min(down[1], max(1, channels // 2))) if channels < 4 else tuple(down)
+        if div is None:
+            div = KNOWN_DIV.get((window, channels))
+        if div is None:
+            with torch.no_grad():
+                probe = _Body(window, channels, down, 1)
+            div = max(1, round(probe.out_features / 384))
+        self.body = _Body(window, channels, down, div)
+        self.head = nn.Linear(self.body.out_features, num_classes)

@@ -1,0 +1,22 @@
+"""Every random draw comes from (run seed, purpose, round, client): engine- and order-independent."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+PURPOSES = {"schedule": 1, "fit": 2, "adapt": 3, "personalize": 4, "select": 5}
+
+
+def derive_seed(seed: int, purpose: str, round: int = 0, client: str = "") -> int:
+    """A 63-bit seed for one (purpose, round, client) draw."""
+    ss = np.random.SeedSequence([seed, PURPOSES[purpose], round, zlib.crc32(client.encode())])
+    return int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def client_schedule(seed: int, clients: list[str], rounds: int, per_round: int) -> list[list[str]]:
+    """Clients of every round, drawn up front uniformly without replacement (ProtoHAR, SPECS A3)."""
+    rng = np.random.default_rng(derive_seed(seed, "schedule"))
+    ids = sorted(clients)
+    return [sorted(rng.choice(ids, per_round, replace=False).tolist()) for _ in range(rounds)]
