@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedwear.engines.runner import Callback, Runner, RoundInfo
+from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.evaluation.metrics import summarize
 from fedwear.methods.api import Record
 
@@ -123,7 +123,14 @@ class Progress(Callback):
         self.label = label
 
     def on_start(self, runner: Runner) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

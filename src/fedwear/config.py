@@ -149,7 +149,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(_describe(e.errors()[0], source)) from None
     from fedwear.methods import parse_options  # late import: methods import config types
 
-    parse_options(cfg.method, cfg.method_options.get(cfg.method))
+    for name in {cfg.method, *cfg.method_options}:
+        parse_options(name, cfg.method_options.get(name))
     view, _, metric = cfg.evaluation.best_metric.partition(".")
     if view not in VIEWS or metric not in METRICS:
         raise ConfigError(

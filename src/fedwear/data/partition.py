@@ -126,13 +126,13 @@ def assemble(
             raise ConfigError("dataset.num_clients: dirichlet needs at least 2 clients; set it")
         part = dirichlet(w, n, cfg.dirichlet_alpha, rng_for(seed, _DIRICHLET))
     if cfg.drop_classes:
-        part = [(c, drop_classes(w.y, i, cfg.drop_classes, rng_for(seed, _DROP, _stable(c))))
-                for c, i in part]  # fmt: skip
+        k = cfg.drop_classes
+        part = [(c, drop_classes(w.y, i, k, rng_for(seed, _DROP, _stable(c)))) for c, i in part]
 
-    clients, dropped = [], []
+    clients, dropped, counts = [], [], {"purged": 0}
     for cid, idx in part:
         sub = w.take(idx)
-        tr, va, te = split_indices(sub, cfg, rng_for(seed, _SPLIT, _stable(cid)))
+        tr, va, te = split_indices(sub, cfg, rng_for(seed, _SPLIT, _stable(cid)), counts)
         if len(tr) < cfg.min_windows:
             dropped.append(cid)
             continue
@@ -151,6 +151,7 @@ def assemble(
     info: dict[str, object] = {
         "seed": seed,
         "dropped_clients": dropped,
+        "purged_windows": counts["purged"],
         "held_out": [c.client_id for c in new],
         "normalize": norm,
     }

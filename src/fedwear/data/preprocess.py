@@ -2,7 +2,7 @@
 finiteness checks and per-channel normalisation; plus small file helpers shared by the loaders.
 
 Sources: the sliding-window segmentation used throughout HAR (e.g. Bulling et al., "A tutorial
-on human activity recognition using body-worn inertial sensors", ACM CSUR 2014, sec. 3.3); the
+on human activity recognition using body-worn inertial sensors", ACM CSUR 2014); the
 leak-free rule (a window never spans two labels or two recordings) is ours. Resampling uses the
 polyphase anti-aliasing filter of ``scipy.signal.resample_poly``.
 """

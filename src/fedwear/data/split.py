@@ -9,7 +9,7 @@ Modes (``dataset.split``):
   from the end of the train side the same way.
 * ``stratified``: random stratified split (scikit-learn ``train_test_split``), as most HAR FL
   papers do; non-stratified when a class has fewer than 2 windows.
-* ``fewshot``: ProtoHAR's per-class cap (SPECS A2 step 2; Cheng et al., ProtoHAR, 2023):
+* ``fewshot``: ProtoHAR's per-class cap (SPECS A2 step 2; Cheng et al., ProtoHAR, IEEE JBHI 2023):
   ``tr = min(int(0.7 n), shots)``, re-drawn in ``shots-2..shots+1`` when capped,
   ``te = max(int(tr * 0.3 / 0.7), 1)``, shuffle, train first ``tr``, test next ``te``.
 
@@ -120,8 +120,14 @@ def _fewshot(
     return np.concatenate(trains), np.concatenate(tests)
 
 
-def split_indices(w: Windows, cfg: DatasetConfig, rng: np.random.Generator) -> Split:
-    """``(train, val, test)`` index arrays into ``w`` (each sorted) following ``cfg.split``."""
+def split_indices(
+    w: Windows, cfg: DatasetConfig, rng: np.random.Generator, counts: dict[str, int] | None = None
+) -> Split:
+    """``(train, val, test)`` index arrays into ``w`` (each sorted) following ``cfg.split``.
+
+    ``counts["purged"]``, when given, is increased by the val/test windows dropped for
+    overlapping a train (or val) window.
+    """
     window = w.x.shape[1]
     idx = np.arange(len(w))
     if cfg.split == "time":
@@ -133,8 +139,11 @@ def split_indices(w: Windows, cfg: DatasetConfig, rng: np.random.Generator) -> S
     else:
         side, test = _fewshot(w, idx, cfg, rng)
         train, val = _by_class(w, side, _tail_cut, cfg.val_fraction)
+    n_before = len(val) + len(test)
     val = purge(w, train, val, window)
     test = purge(w, np.concatenate([train, val]), test, window)
+    if counts is not None:
+        counts["purged"] = counts.get("purged", 0) + n_before - len(val) - len(test)
     return np.sort(train), np.sort(val), np.sort(test)
 
 

@@ -1,10 +1,11 @@
 """Synthetic HAR-like data for fast, offline tests.
 
-Each class is a distinct periodic pattern per channel (base frequency, waveform shape and a
-second harmonic), each subject applies a per-channel gain and offset drawn with std
-``subject_shift`` (a simple model of the sensor-placement/person shift that motivates
-personalised FL, e.g. Tu et al., "FedDL", IMWUT 2021), and white Gaussian noise is added. The
-dataset depends only on :class:`SyntheticConfig` and a data seed (default 0), like a real one.
+Each class is a distinct periodic pattern per channel (base frequency, waveform shape, second
+harmonic, amplitude and a static level, like posture-dependent gravity); each subject applies a
+per-channel gain and offset drawn with std ``subject_shift`` (a crude model of the cross-subject
+shift that motivates personalised FL for HAR); white Gaussian noise is added. The dataset
+depends only on :class:`SyntheticConfig` and a data seed (default 0), like a real dataset; the
+run seed only drives partitions and splits.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def generate(cfg: SyntheticConfig, seed: int = DATA_SEED) -> RawDataset:
     n = max(1, round(cfg.seconds_per_class * cfg.rate_hz))
     t = np.arange(n) / cfg.rate_hz
     params = _class_params(cfg.num_classes, cfg.rate_hz)
-    # per-class, per-channel frequency multipliers and phase offsets make channels differ
+    # per class and channel: an amplitude and a static level (like posture-dependent gravity);
+    # per channel: a frequency multiplier, so channels differ
+    amp = rng.uniform(0.5, 1.5, (cfg.num_classes, cfg.channels))
+    level = rng.uniform(-1.0, 1.0, (cfg.num_classes, cfg.channels))
     mult = 1.0 + 0.25 * np.arange(cfg.channels)
     chans = [f"ch{i}" for i in range(cfg.channels)]
     recs = []
@@ -64,7 +68,7 @@ def generate(cfg: SyntheticConfig, seed: int = DATA_SEED) -> RawDataset:
             jitter = 1.0 + 0.03 * rng.standard_normal()
             phase0 = rng.uniform(0, 2 * np.pi, cfg.channels)
             ph = 2 * np.pi * f * jitter * t[:, None] * mult[None, :] + phase0[None, :]
-            clean = _wave(shape, ph) + harm * np.sin(2 * ph + 1.0)
+            clean = level[c] + amp[c] * (_wave(shape, ph) + harm * np.sin(2 * ph + 1.0))
             sig = gain * clean + offset + cfg.noise * rng.standard_normal((n, cfg.channels))
             labels = np.full(n, c, np.int64)
             recs.append(

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from torch import nn
 
 from fedwear.errors import ConfigError
+from fedwear.models.base import SplitModel
 from fedwear.models.cnn import SmallCNN
 from fedwear.models.harcnn import HARCNN
-from fedwear.models.base import SplitModel
 
 MODELS: dict[str, Callable[..., SplitModel]] = {"harcnn": HARCNN, "cnn": SmallCNN}
 

@@ -1,0 +1,182 @@
+"""End-to-end runs on synthetic data: determinism, resume, bytes, dropped replies, outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fedwear
+from fedwear.engines.runner import Callback
+from fedwear.methods.api import Record
+from fedwear.methods.fedavg import FedAvg
+from tests.helpers import tiny_config
+
+
+def read(path):
+    return path.read_bytes()
+
+
+def test_same_seed_same_metrics_bit_for_bit(tmp_path):
+    cfg = tiny_config()
+    a = fedwear.run(cfg, tmp_path / "a")
+    b = fedwear.run(cfg, tmp_path / "b")
+    assert read(a.out_dir / "metrics.csv") == read(b.out_dir / "metrics.csv")
+    assert read(a.out_dir / "rounds.csv") == read(b.out_dir / "rounds.csv")
+    c = fedwear.run(tiny_config(seed=1), tmp_path / "c")
+    assert read(a.out_dir / "metrics.csv") != read(c.out_dir / "metrics.csv")
+
+
+def test_summary_has_the_fixed_keys(tmp_path):
+    s = fedwear.run(
+        tiny_config(**{"evaluation.targets": "{personalized.accuracy: 0.0}"}), tmp_path
+    ).summary
+    for key in (
+        "final",
+        "best",
+        "best_rule",
+        "rounds_to_target",
+        "bytes_up",
+        "bytes_down",
+        "wall_time_s",
+        "seed",
+        "fedwear_version",
+        "config_hash",
+    ):
+        assert key in s
+    assert set(s["final"]) == {"personalized", "generalization", "global", "new_clients"}
+    assert set(s["final"]["global"]) == {"accuracy", "macro_f1", "auc"}
+    assert s["rounds_to_target"] == {"personalized.accuracy": 1}
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["config_hash"] == s["config_hash"]
+
+
+class Interrupt(Callback):
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def on_round(self, runner, info):
+        if info.round == self.after:
+            raise KeyboardInterrupt
+
+
+def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
+    cfg = tiny_config(rounds=5, **{"optimizer.persist": True})
+    full = fedwear.run(cfg, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, tmp_path / "cut", callbacks=[Interrupt(after=3)])
+    assert pd.read_csv(tmp_path / "cut" / "metrics.csv")["round"].max() == 3
+    resumed = fedwear.run(cfg, tmp_path / "cut", resume=True)
+    assert read(resumed.out_dir / "metrics.csv") == read(full.out_dir / "metrics.csv")
+    assert read(resumed.out_dir / "rounds.csv") == read(full.out_dir / "rounds.csv")
+    assert resumed.summary["final"] == full.summary["final"]
+
+
+def test_resume_after_kill_equals_uninterrupted(tmp_path):
+    """A real SIGKILL of `fedwear run` mid-run, then --resume."""
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg = tiny_config(rounds=30, method="local", **{"evaluation.every": 10})
+    cfg_path.write_text(fedwear.config.dump_config(cfg))
+    cmd = [sys.executable, "-m", "fedwear.cli", "run", str(cfg_path), "--quiet"]
+    full = subprocess.run([*cmd, "--out", str(tmp_path / "full")], capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(tmp_path / "cut")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    rounds = tmp_path / "cut" / "rounds.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if rounds.exists() and len(rounds.read_text().splitlines()) > 12:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(rounds.read_text().splitlines()) - 1
+    assert 0 < done < 30, "the kill did not land mid-run"
+    res = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert read(tmp_path / "cut" / "metrics.csv") == read(tmp_path / "full" / "metrics.csv")
+
+
+def test_bytes_are_the_sum_of_message_arrays(tmp_path):
+    cfg = tiny_config()
+    res = fedwear.run(cfg, tmp_path / "a")
+    model = FedAvg(*_task(cfg)).model
+    model_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    rounds = pd.read_csv(res.out_dir / "rounds.csv")
+    assert (rounds["bytes_down"] == 3 * model_bytes).all()
+    assert (rounds["bytes_up"] == 3 * model_bytes).all()
+    assert res.summary["bytes_up"] == cfg.rounds * 3 * model_bytes
+    local = fedwear.run(tiny_config(method="local"), tmp_path / "b").summary
+    assert local["bytes_up"] == local["bytes_down"] == 0
+
+
+def _task(cfg):
+    from fedwear.data import load_federated
+    from fedwear.methods import Task, parse_options
+
+    d = load_federated(cfg.dataset, cfg.seed)
+    return Task(cfg, d.window, len(d.channels), d.num_classes), parse_options(cfg.method, None)
+
+
+def test_fedprox_with_mu_zero_is_fedavg(tmp_path):
+    a = fedwear.run(tiny_config(), tmp_path / "a")
+    b = fedwear.run(
+        tiny_config(method="fedprox", **{"method_options.fedprox.mu": 0.0}), tmp_path / "b"
+    )
+    assert read(a.out_dir / "metrics.csv") == read(b.out_dir / "metrics.csv")
+    c = fedwear.run(
+        tiny_config(method="fedprox", **{"method_options.fedprox.mu": 1.0}), tmp_path / "c"
+    )
+    assert read(a.out_dir / "metrics.csv") != read(c.out_dir / "metrics.csv")
+
+
+def test_views_per_method(tmp_path):
+    local = fedwear.run(tiny_config(method="local"), tmp_path / "l").summary
+    assert "global" not in local["final"] and "personalized" in local["final"]
+    central = fedwear.run(tiny_config(method="centralized"), tmp_path / "c").summary
+    assert "global" in central["final"]
+    rounds = pd.read_csv(tmp_path / "c" / "rounds.csv")
+    assert (rounds["clients"] == "pooled").all()
+
+
+class NaNReply(FedAvg):
+    name = "nanreply"
+
+    def fit(self, down, state, data, round, seed):
+        up, st = super().fit(down, state, data, round, seed)
+        if data.client_id == "s01":
+            key = next(iter(up.arrays))
+            up.arrays[key] = np.full_like(up.arrays[key], np.nan)
+        if data.client_id == "s02":
+            up = Record({k + "_x": v for k, v in up.arrays.items()}, up.scalars)
+        return up, st
+
+
+def test_malformed_replies_are_left_out(tmp_path, monkeypatch):
+    from fedwear import methods
+
+    monkeypatch.setitem(methods.METHODS, "nanreply", NaNReply)
+    cfg = tiny_config(method="nanreply", clients_per_round=6, rounds=2)
+    res = fedwear.run(cfg, tmp_path)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert rounds["dropped"].str.contains("s01:array").all()
+    assert rounds["dropped"].str.contains("s02:array names differ").all()
+    assert np.isfinite(res.metrics["accuracy"]).all()
+    assert "left out of aggregation" in (tmp_path / "run.log").read_text()
+
+
+def test_new_clients_adapt_with_local(tmp_path):
+    m = fedwear.run(tiny_config(method="local"), tmp_path).metrics
+    assert (
+        set(m[m["view"] == "new_clients"]["client"]) and len(m[m["view"] == "new_clients"]) == 2 * 3
+    )
