@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,21 +44,21 @@ def run(
         load_config(data=config) if isinstance(config, dict) else load_config(config)
     )
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    _attach_log(out)
+    resolved = dump_config(cfg)
+    previous_cfg = out / "config.yaml"
+    if previous_cfg.exists() and previous_cfg.read_text() != resolved:
+        raise FedwearError(
+            f"{out} holds a run with a different config; pass --out with a new folder "
+            "(or the same config to redo or --resume it)"
+        )
+    ckpt = load_checkpoint(out / CHECKPOINT) if resume and (out / CHECKPOINT).exists() else None
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    resolved = dump_config(cfg)
-    ckpt = None
-    if resume and (out / CHECKPOINT).exists():
-        old = (out / "config.yaml").read_text() if (out / "config.yaml").exists() else None
-        if old is not None and old != resolved:
-            raise FedwearError(f"{out}: --resume with a different config; use the same config or a new --out")
-        ckpt = load_checkpoint(out / CHECKPOINT)
-    (out / "config.yaml").write_text(resolved)
-
-    t0 = time.perf_counter()
+    # Load (and validate) the data before anything is written, so a bad input loses nothing.
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    _attach_log(out)
+    previous_cfg.write_text(resolved)
     cbs: list[Callback] = [CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
     if not quiet:
         cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}"))
@@ -67,15 +66,12 @@ def run(
     if ckpt is not None:
         runner.restore(ckpt["round"], ckpt["server"], ckpt["clients"])
     runner.run()
-    wall = time.perf_counter() - t0
 
-    previous = out / "summary.json"
-    if ckpt is not None and previous.exists():  # wall time accumulates over resumed segments
-        wall += json.loads(previous.read_text()).get("wall_time_s", 0.0)
     from fedwear.summary import build_summary
 
     metrics = pd.read_csv(out / "metrics.csv")
     rounds = pd.read_csv(out / "rounds.csv")
+    wall = float(pd.read_csv(out / "timing.csv")["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
     summary["clients"] = {"train": len(data.clients), "new": len(data.new_clients)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fedwear.engines.runner import Callback, RoundInfo, Runner
+from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import summarize
 from fedwear.methods.api import Record
 
@@ -93,8 +94,11 @@ def save_checkpoint(path: Path, round: int, server: Record, states: dict[str, Re
 
 
 def load_checkpoint(path: Path) -> dict:
-    with path.open("rb") as f:
-        return pickle.load(f)
+    try:
+        with path.open("rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
+        raise FedwearError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
 
 
 class EarlyStopping(Callback):

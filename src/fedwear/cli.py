@@ -53,6 +53,9 @@ def run(
         result = run_api(cfg, out, resume=resume, quiet=quiet)
     except FedwearError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: continue with the same command plus --resume", err=True)
+        raise typer.Exit(130) from None
     typer.echo(summary_table(result.summary))
     typer.echo(f"run directory: {result.out_dir}")
 
@@ -104,7 +107,7 @@ def data_list() -> None:
     from fedwear.data import DATASETS
 
     for name, entry in DATASETS.items():
-        typer.echo(f"{name:12s} {entry.description}")
+        typer.echo(f"{name:12s} {entry.DESCRIPTION}")
 
 
 @data_app.command("info")

@@ -1,0 +1,133 @@
+"""The command line: user mistakes end with one clear line, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedwear.config import dump_config
+from tests.helpers import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fedwear(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedwear.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in res.stderr
+    for n in needles:
+        assert n in lines[0]
+
+
+@pytest.fixture
+def cfg_file(tmp_path) -> Path:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(dump_config(tiny_config()))
+    return p
+
+
+def test_run_prints_summary_and_writes_run_dir(cfg_file, tmp_path):
+    res = fedwear("run", str(cfg_file), "--out", str(tmp_path / "run"), "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "| personalized |" in res.stdout
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_round"] == 3
+
+
+def test_unknown_method(cfg_file):
+    assert_one_line_error(fedwear("run", str(cfg_file), "--set", "method=fedfoo"), "method", "fedavg")
+
+
+def test_unknown_key(cfg_file):
+    assert_one_line_error(fedwear("run", str(cfg_file), "--set", "dataset.rooot=x"), "dataset.rooot")
+
+
+def test_unknown_method_option(cfg_file):
+    res = fedwear("run", str(cfg_file), "--set", "method=fedprox", "--set", "method_options.fedprox.muu=1")
+    assert_one_line_error(res, "method_options.fedprox.muu")
+
+
+def test_missing_config_file(tmp_path):
+    assert_one_line_error(fedwear("run", str(tmp_path / "none.yaml")), "none.yaml")
+
+
+def test_missing_data_root(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(dump_config(tiny_config(**{"dataset.name": "usc_had", "dataset.root": str(tmp_path / "nope")})))
+    assert_one_line_error(fedwear("run", str(cfg), "--out", str(tmp_path / "run")), "nope", "dataset.root")
+    assert not (tmp_path / "run").exists()
+
+
+def test_corrupt_mat_file_keeps_existing_outputs(tmp_path, data_root):
+    root = tmp_path / "usc"
+    (root / "Subject1").mkdir(parents=True)
+    shutil.copy(data_root / "usc_had" / "Subject1" / "a1t1.mat", root / "Subject1" / "a1t1.mat")
+    (root / "Subject1" / "a2t1.mat").write_bytes(b"MATLAB 5.0 MAT-file garbage" + bytes(100))
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(dump_config(tiny_config(**{"dataset.name": "usc_had", "dataset.root": str(root)})))
+    assert_one_line_error(fedwear("run", str(cfg), "--out", str(out)), "a2t1.mat")
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_nan_in_signal(tmp_path, data_root):
+    root = tmp_path / "hapt" / "RawData"
+    root.mkdir(parents=True)
+    src = data_root / "uci_hapt" / "RawData"
+    import numpy as np
+
+    acc = np.loadtxt(src / "acc_exp01_user01.txt.gz")
+    acc[100, 1] = np.nan
+    np.savetxt(root / "acc_exp01_user01.txt", acc)
+    shutil.copy(src / "gyro_exp01_user01.txt.gz", root)
+    lines = [ln for ln in (src / "labels.txt").read_text().splitlines() if ln.split()[0] == "1"]
+    (root / "labels.txt").write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(dump_config(tiny_config(**{"dataset.name": "uci_hapt", "dataset.root": str(tmp_path / "hapt")})))
+    assert_one_line_error(fedwear("run", str(cfg)), "acc_exp01_user01")
+
+
+def test_other_config_in_run_dir_is_refused(cfg_file, tmp_path):
+    out = tmp_path / "run"
+    assert fedwear("run", str(cfg_file), "--out", str(out), "--quiet").returncode == 0
+    before = (out / "metrics.csv").read_bytes()
+    res = fedwear("run", str(cfg_file), "--out", str(out), "--set", "seed=5", "--quiet")
+    assert_one_line_error(res, "different config")
+    assert (out / "metrics.csv").read_bytes() == before
+
+
+def test_methods_and_data_list():
+    res = fedwear("methods")
+    assert res.returncode == 0 and "fedprox.mu" in res.stdout and "centralized" in res.stdout
+    res = fedwear("data", "list")
+    assert res.returncode == 0 and "usc_had" in res.stdout and "uci_hapt" in res.stdout
+
+
+def test_data_info(data_root):
+    res = fedwear("data", "info", "usc_had", "--root", str(data_root / "usc_had"))
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["subjects"] == 14 and info["recordings"] == 840
+
+
+def test_compare_writes_table(cfg_file, tmp_path):
+    res = fedwear("compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0,1",
+                  "--out", str(tmp_path / "cmp"), "--quiet")
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "cmp" / "table.md").read_text()
+    assert "| fedavg |" in md and "| local |" in md and "±" in md
+    assert (tmp_path / "cmp" / "table.csv").exists()
+    assert (tmp_path / "cmp" / "local-s1" / "summary.json").exists()
