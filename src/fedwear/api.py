@@ -13,8 +13,10 @@ import torch
 from fedwear.callbacks import CHECKPOINT, Checkpointer, CsvSink, Progress, load_checkpoint
 from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
-from fedwear.engines.runner import Callback, Runner
+from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
+from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
+from fedwear.methods import Task, build_method
 from fedwear.version import __version__
 
 
@@ -62,10 +64,20 @@ def run(
     cbs: list[Callback] = [CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
     if not quiet:
         cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}"))
-    runner = Runner(cfg, data, cbs)
-    if ckpt is not None:
-        runner.restore(ckpt["round"], ckpt["server"], ckpt["clients"])
-    runner.run()
+    method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
+    roster = Roster.of(method, data)
+    restore = (ckpt["round"], ckpt["server"], ckpt["clients"]) if ckpt is not None else None
+    if cfg.engine == "flower-sim":
+        from fedwear.engines.flower import run_simulation
+
+        run_simulation(cfg, method, roster, cbs, restore)
+    else:
+        executor = SimExecutor(method, method.training_clients(data), data.clients, data.new_clients,
+                               pooled_test(data), cfg)
+        runner = Runner(cfg, method, roster, executor, cbs)
+        if restore is not None:
+            runner.restore(*restore)
+        runner.run()
 
     from fedwear.summary import build_summary
 

@@ -55,6 +55,23 @@ class EvaluationConfig(Strict):
     batch_size: int = Field(1024, ge=1)
 
 
+class FlowerConfig(Strict):
+    """Settings of the Flower engines (``engine: flower-sim`` and deployment)."""
+
+    round_timeout: float | None = Field(
+        600.0, gt=0, description="seconds to wait for replies each round; missing replies are dropped"
+    )
+    min_nodes: int | None = Field(
+        None, ge=1, description="nodes to wait for before round 1 (default: every client of the run)"
+    )
+    min_replies: float = Field(
+        0.0, ge=0, le=1,
+        description="fraction of a round's clients whose valid replies are needed to aggregate; below it the round keeps the old server state",
+    )
+    connect_timeout: float = Field(300.0, gt=0, description="seconds to wait for min_nodes to connect")
+    cpus_per_client: float = Field(1.0, gt=0, description="flower-sim: Ray CPUs per virtual client")
+
+
 class RunConfig(Strict):
     method: str = "fedavg"
     rounds: int = Field(20, ge=1)
@@ -70,6 +87,7 @@ class RunConfig(Strict):
     model: ModelConfig = ModelConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    flower: FlowerConfig = FlowerConfig()
     method_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("clients_per_round")

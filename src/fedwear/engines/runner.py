@@ -7,6 +7,7 @@ loop as callbacks (``fedwear.callbacks``), never inside a method.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,7 +17,7 @@ import numpy as np
 from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
 from fedwear.engines.client import Row
-from fedwear.methods import Method, Record, Task, build_method
+from fedwear.methods import Method, Record, Task
 from fedwear.seeding import client_schedule
 
 log = logging.getLogger("fedwear")
@@ -53,31 +54,45 @@ def pooled_test(data: FederatedData) -> Windows:
     return Windows(*(np.concatenate([getattr(w, f) for w in tests]) for f in ("x", "y", "recording", "start")))
 
 
+@dataclass
+class Roster:
+    """Who takes part: what the server needs to know of the clients (never their data)."""
+
+    clients: list[str]  # evaluated training clients, as partitioned
+    new_clients: list[str]  # held out: evaluated after adaptation only
+    trainers: list[str]  # the clients that train (Centralized: one pooled client)
+    window: int
+    channels: int
+    num_classes: int
+
+    @staticmethod
+    def of(method: Method, data: FederatedData) -> Roster:
+        return Roster(
+            clients=[c.client_id for c in data.clients],
+            new_clients=[c.client_id for c in data.new_clients],
+            trainers=[c.client_id for c in method.training_clients(data)],
+            window=data.window,
+            channels=len(data.channels),
+            num_classes=data.num_classes,
+        )
+
+    def task(self, cfg: RunConfig) -> Task:
+        return Task(cfg, self.window, self.channels, self.num_classes)
+
+
 class Runner:
-    def __init__(self, cfg: RunConfig, data: FederatedData, callbacks: list[Callback]) -> None:
+    def __init__(self, cfg: RunConfig, method: Method, roster: Roster, executor: Executor,
+                 callbacks: list[Callback]) -> None:
         self.cfg = cfg
-        self.data = data
+        self.method = method
+        self.roster = roster
+        self.executor = executor
         self.callbacks = callbacks
-        task = Task(cfg, data.window, len(data.channels), data.num_classes)
-        self.method: Method = build_method(task)
-        self.train_clients = self.method.training_clients(data)
-        self.train_ids = [c.client_id for c in self.train_clients]
-        ids = [c.client_id for c in data.clients]
+        ids = roster.clients
         self.schedule = client_schedule(cfg.seed, ids, cfg.rounds, cfg.clients_per_round_count(len(ids)))
-        self.server: Record = self.method.init_server()
+        self.server: Record = method.init_server()
         self.start_round = 1
         self.stop = False
-        self.executor: Executor = self._make_executor()
-
-    def _make_executor(self) -> Executor:
-        d = self.data
-        if self.cfg.engine == "flower-sim":
-            from fedwear.engines.flower import FlowerSimExecutor
-
-            return FlowerSimExecutor(self.method, self.train_clients, d, self.cfg)
-        from fedwear.engines.sim import SimExecutor
-
-        return SimExecutor(self.method, self.train_clients, d.clients, d.new_clients, pooled_test(d), self.cfg)
 
     def restore(self, round: int, server: Record, states: dict[str, Record]) -> None:
         self.server = server
@@ -105,7 +120,7 @@ class Runner:
     def run_round(self, r: int) -> RoundInfo:
         t0 = time.perf_counter()
         m = self.method
-        clients = m.select(self.server, r, self.schedule[r - 1], self.train_ids)
+        clients = m.select(self.server, r, self.schedule[r - 1], self.roster.trainers)
         downs = {c: m.configure(self.server, c, r) for c in clients}
         replies = self.executor.fit(r, downs)
         dropped: dict[str, str] = {}
@@ -118,7 +133,12 @@ class Runner:
                 log.warning("round %d: client %s left out of aggregation: %s", r, c, reason)
             else:
                 accepted[c] = reply
-        self.server = m.aggregate(self.server, accepted, r)
+        needed = math.ceil(self.cfg.flower.min_replies * len(clients))
+        if len(accepted) >= max(needed, 1) or not clients:
+            self.server = m.aggregate(self.server, accepted, r)
+        else:
+            log.warning("round %d: %d of %d replies accepted (< %d needed): server state unchanged",
+                        r, len(accepted), len(clients), max(needed, 1))
         losses = [float(v.scalars["loss"]) for v in accepted.values() if "loss" in v.scalars]
         info = RoundInfo(
             round=r,
@@ -136,8 +156,8 @@ class Runner:
 
     def evaluate(self, r: int) -> list[dict]:
         m = self.method
-        ids = [c.client_id for c in self.data.clients]
-        new_ids = [c.client_id for c in self.data.new_clients] if "new_clients" in self.cfg.evaluation.views else []
+        ids = self.roster.clients
+        new_ids = self.roster.new_clients if "new_clients" in self.cfg.evaluation.views else []
         downs = {c: m.configure(self.server, c, r) for c in ids + new_ids}
         results = self.executor.evaluate(r, downs, m.global_message(self.server))
         rows = []

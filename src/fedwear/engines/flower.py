@@ -1,0 +1,325 @@
+"""The Flower engine: the same methods and round loop on Flower's runtimes.
+
+The server side is fedwear's own round loop (:class:`~fedwear.engines.runner.Runner`) running
+inside a Flower ``ServerApp`` with a :class:`GridExecutor`, which turns "train these clients"
+into Flower ``Message``s. The client side is a ``ClientApp`` whose handlers run the same
+:class:`~fedwear.engines.client.ClientRuntime` as the in-process engine, with the client
+state in ``Context.state``. A :class:`~fedwear.methods.api.Record` maps 1:1 to an
+``ArrayRecord`` (arrays) + ``ConfigRecord`` (scalars).
+
+``engine: flower-sim`` runs on Flower's simulation runtime (Ray); ``fedwear.engines.flower_app``
+holds the apps for a real deployment (SuperLink + SuperNodes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedwear.config import RunConfig
+from fedwear.engines.client import ClientRuntime, Row
+from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
+from fedwear.errors import FedwearError
+from fedwear.methods import Method, Record
+
+log = logging.getLogger("fedwear")
+
+ROW_METRICS = ("accuracy", "macro_f1", "auc")
+
+
+def _flwr():
+    try:
+        import flwr.app as fa
+    except ImportError:
+        raise FedwearError("the Flower engine needs flwr: pip install 'fedwear[flower]'") from None
+    return fa
+
+
+# ---- Record <-> Flower records ---------------------------------------------------------------
+def to_content(record: Record, config: dict | None = None, prefix: str = "") -> dict:
+    """``{prefix}arrays`` (ArrayRecord) and ``{prefix}config`` (scalars + engine config)."""
+    fa = _flwr()
+    arrays = fa.ArrayRecord({k: fa.Array(np.ascontiguousarray(v)) for k, v in record.arrays.items()})
+    scalars = {f"s.{k}": _scalar(v) for k, v in record.scalars.items()}
+    return {f"{prefix}arrays": arrays, f"{prefix}config": fa.ConfigRecord({**scalars, **(config or {})})}
+
+
+def from_content(content, prefix: str = "") -> tuple[Record, dict]:
+    arrays = {k: a.numpy() for k, a in content[f"{prefix}arrays"].items()}
+    cfg = dict(content[f"{prefix}config"])
+    scalars = {k[2:]: v for k, v in cfg.items() if k.startswith("s.")}
+    return Record(arrays, scalars), {k: v for k, v in cfg.items() if not k.startswith("s.")}
+
+
+def _scalar(v):
+    if isinstance(v, bool | str | int | float):
+        return v
+    if isinstance(v, np.integer):
+        return int(v)
+    return float(v)
+
+
+def wire_bytes(array_record) -> int:
+    """Payload bytes of an ArrayRecord (shapes x itemsizes, without the npy headers)."""
+    return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in array_record.values()))
+
+
+def rows_to_content(rows: list[Row]) -> dict:
+    fa = _flwr()
+    return {
+        "rows": fa.ConfigRecord({"view": [str(r["view"]) for r in rows] or [""],
+                                 "split": [str(r["split"]) for r in rows] or [""]}),
+        "metrics": fa.MetricRecord({"n": [int(r["n"]) for r in rows] or [0],
+                                    **{m: [float(r[m]) for r in rows] or [0.0] for m in ROW_METRICS}}),
+        "count": fa.MetricRecord({"rows": len(rows)}),
+    }
+
+
+def rows_from_content(content) -> list[Row]:
+    n = int(content["count"]["rows"])
+    rows, met = content["rows"], content["metrics"]
+    return [
+        {"view": rows["view"][i], "split": rows["split"][i], "n": int(met["n"][i]),
+         **{m: float(met[m][i]) for m in ROW_METRICS}}
+        for i in range(n)
+    ]
+
+
+# ---- client side ------------------------------------------------------------------------------
+@dataclass
+class ClientSlot:
+    client_id: str
+    trainer: ClientRuntime | None  # None: this node never trains (held-out client)
+    evaluator: ClientRuntime | None  # None: never evaluated (Centralized's pooled client)
+    new: bool
+
+
+def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot], Roster]:
+    """Every client of the run in roster order (partition id = index), from the data on this node."""
+    from fedwear.data import load_federated
+    from fedwear.methods import Task, build_method
+
+    data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+    method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
+    roster = Roster.of(method, data)
+    pooled = pooled_test(data) if with_pooled_test and data.clients else None
+    trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in method.training_clients(data)}
+    evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled) for c in data.clients}
+    evaluated.update({c.client_id: ClientRuntime(method, c, cfg) for c in data.new_clients})
+    order = list(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
+    slots = [ClientSlot(cid, trainers.get(cid), evaluated.get(cid), cid in roster.new_clients) for cid in order]
+    return slots, roster
+
+
+_SLOTS: dict[tuple[str, bool], list[ClientSlot]] = {}  # per process (a Ray actor serves many nodes)
+
+
+def slots_for(cfg: RunConfig, with_pooled_test: bool) -> list[ClientSlot]:
+    key = (cfg.hash(), with_pooled_test)
+    if key not in _SLOTS:
+        if cfg.threads:
+            import torch
+
+            torch.set_num_threads(cfg.threads)
+        _SLOTS.clear()
+        _SLOTS[key] = build_slots(cfg, with_pooled_test)[0]
+    return _SLOTS[key]
+
+
+STATE = "fedwear.state"
+
+
+def handle(slot: ClientSlot, msg, context):
+    """Answer one Flower message for ``slot`` (query, train or evaluate)."""
+    fa = _flwr()
+    kind = msg.metadata.message_type.split(".")[0]
+    if kind == "query":
+        return fa.Message(fa.RecordDict({"info": fa.ConfigRecord(
+            {"client_id": slot.client_id, "new": slot.new, "trains": slot.trainer is not None})}), reply_to=msg)
+    down, conf = from_content(msg.content)
+    state = Record()
+    if f"{STATE}.arrays" in context.state:
+        state, _ = from_content(context.state, prefix=f"{STATE}.")
+    rnd = int(conf["round"])
+    if kind == "train":
+        if slot.trainer is None:
+            raise RuntimeError(f"client {slot.client_id} does not train")
+        up, new_state = slot.trainer.fit(down, state, rnd)
+        for key, value in to_content(new_state, prefix=f"{STATE}.").items():
+            context.state[key] = value
+        return fa.Message(fa.RecordDict(to_content(up)), reply_to=msg)
+    if kind == "evaluate":
+        glob = from_content(msg.content, prefix="global.")[0] if conf.get("has_global") else None
+        rows = slot.evaluator.evaluate(down, state, glob, rnd, new=slot.new) if slot.evaluator else []
+        return fa.Message(fa.RecordDict(rows_to_content(rows)), reply_to=msg)
+    raise ValueError(f"unknown message type {msg.metadata.message_type!r}")
+
+
+def make_sim_client_app(cfg: RunConfig):
+    """A ClientApp for the simulation runtime: node ``partition-id`` i plays roster client i."""
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    def _handler(msg, context):
+        slots = slots_for(cfg, with_pooled_test=True)
+        return handle(slots[int(context.node_config["partition-id"])], msg, context)
+
+    app.train()(_handler)
+    app.evaluate()(_handler)
+    app.query()(_handler)
+    return app
+
+
+# ---- server side ------------------------------------------------------------------------------
+class GridExecutor:
+    """Executes a round's client work through a Flower ``Grid``; client state stays on the nodes."""
+
+    def __init__(self, grid, cfg: RunConfig, expected: int) -> None:
+        self.grid = grid
+        self.cfg = cfg
+        self.bytes_down = 0
+        self.bytes_up = 0
+        self.node_of: dict[str, int] = {}
+        self.info: dict[str, dict] = {}
+        self._connect(cfg.flower.min_nodes or expected)
+
+    def _connect(self, wanted: int) -> None:
+        fa = _flwr()
+        deadline = time.monotonic() + self.cfg.flower.connect_timeout
+        while len(list(self.grid.get_node_ids())) < wanted:
+            if time.monotonic() > deadline:
+                have = len(list(self.grid.get_node_ids()))
+                raise FedwearError(f"only {have} of {wanted} Flower nodes connected within "
+                                   f"{self.cfg.flower.connect_timeout:.0f} s (flower.connect_timeout)")
+            time.sleep(0.1)
+        nodes = sorted(self.grid.get_node_ids())
+        msgs = [fa.Message(fa.RecordDict(), dst_node_id=n, message_type=fa.MessageType.QUERY, group_id="query")
+                for n in nodes]
+        for node, reply in self._send(msgs, "query").items():
+            if reply.has_error():
+                log.warning("node %s failed the query: %s", node, reply.error.reason)
+                continue
+            info = dict(reply.content["info"])
+            self.node_of[info["client_id"]] = node
+            self.info[info["client_id"]] = info
+        log.info("Flower nodes: %s", {c: n for c, n in self.node_of.items()})
+
+    def _send(self, msgs: list, what: str) -> dict[int, object]:
+        """Send and wait (``flower.round_timeout``); replies by destination node."""
+        sent = {}
+        replies = list(self.grid.send_and_receive(msgs, timeout=self.cfg.flower.round_timeout))
+        for m in msgs:
+            sent[m.metadata.message_id] = m.metadata.dst_node_id
+        out = {sent[r.metadata.reply_to_message_id]: r for r in replies if r.metadata.reply_to_message_id in sent}
+        for node in set(sent.values()) - set(out):
+            log.warning("%s: no reply from node %s within %ss", what, node, self.cfg.flower.round_timeout)
+        return out
+
+    def _messages(self, kind: str, contents: dict[str, dict], round: int) -> tuple[list, dict[int, str]]:
+        fa = _flwr()
+        msgs, client_of = [], {}
+        for cid, content in contents.items():
+            node = self.node_of.get(cid)
+            if node is None:
+                log.warning("round %d: client %s has no connected Flower node", round, cid)
+                continue
+            msgs.append(fa.Message(fa.RecordDict(content), dst_node_id=node, message_type=kind, group_id=str(round)))
+            client_of[node] = cid
+        return msgs, client_of
+
+    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
+        fa = _flwr()
+        contents = {c: to_content(d, {"round": round}) for c, d in downs.items()}
+        msgs, client_of = self._messages(fa.MessageType.TRAIN, contents, round)
+        self.bytes_down += sum(wire_bytes(m.content["arrays"]) for m in msgs)
+        out = {}
+        for node, reply in self._send(msgs, f"round {round}").items():
+            cid = client_of[node]
+            if reply.has_error():
+                log.warning("round %d: client %s (node %s) failed: %s", round, cid, node, reply.error.reason)
+                continue
+            try:
+                out[cid] = from_content(reply.content)[0]
+            except (KeyError, ValueError, TypeError) as e:
+                log.warning("round %d: client %s sent an unreadable reply: %s", round, cid, e)
+                continue
+            self.bytes_up += wire_bytes(reply.content["arrays"])
+        return out
+
+    def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]:
+        fa = _flwr()
+        extra = to_content(global_msg, prefix="global.") if global_msg is not None else {}
+        contents = {c: {**to_content(d, {"round": round, "has_global": global_msg is not None}), **extra}
+                    for c, d in downs.items()}
+        msgs, client_of = self._messages(fa.MessageType.EVALUATE, contents, round)
+        out = {}
+        for node, reply in self._send(msgs, f"evaluation {round}").items():
+            if reply.has_error():
+                log.warning("evaluation %d: client %s failed: %s", round, client_of[node], reply.error.reason)
+                continue
+            out[client_of[node]] = rows_from_content(reply.content)
+        return out
+
+    def client_states(self) -> dict[str, Record]:
+        return {}  # kept in each node's Context.state
+
+    def restore(self, states: dict[str, Record]) -> None:
+        if states:
+            raise FedwearError("--resume is not supported on the Flower engines: client states live on the nodes")
+
+    def close(self) -> None:
+        pass
+
+
+def make_server_app(cfg: RunConfig, method: Method, roster: Roster, callbacks: list[Callback],
+                    restore: tuple | None, result: dict):
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def _main(grid, context) -> None:
+        expected = len(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
+        executor = GridExecutor(grid, cfg, expected)
+        runner = Runner(cfg, method, roster, executor, callbacks)
+        if restore is not None:
+            runner.restore(*restore)
+        runner.run()
+        result["bytes"] = (executor.bytes_down, executor.bytes_up)
+
+    return app
+
+
+def run_simulation(cfg: RunConfig, method: Method, roster: Roster, callbacks: list[Callback],
+                   restore: tuple | None) -> dict:
+    """Run on Flower's simulation runtime (Ray): one virtual SuperNode per client of the roster."""
+    _flwr()
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    from flwr.simulation import run_simulation as flwr_run_simulation
+
+    if restore is not None:
+        raise FedwearError("--resume is not supported on engine=flower-sim; rerun without --resume")
+    result: dict = {}
+    n = len(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
+    cpus = os.cpu_count() or 1
+    logging.getLogger("flwr").setLevel(logging.ERROR)  # its run_simulation deprecation notice
+    flwr_run_simulation(
+        server_app=make_server_app(cfg, method, roster, callbacks, restore, result),
+        client_app=make_sim_client_app(cfg),
+        num_supernodes=n,
+        backend_config={
+            "client_resources": {"num_cpus": cfg.flower.cpus_per_client, "num_gpus": 0.0},
+            "init_args": {"num_cpus": cpus, "logging_level": "ERROR", "log_to_driver": False},
+        },
+    )
+    if "bytes" not in result:
+        raise FedwearError("the Flower simulation ended before the run finished; see run.log")
+    return result
