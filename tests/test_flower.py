@@ -1,0 +1,154 @@
+"""The Flower engine: message mapping, malformed replies and drop-outs (in-process grid),
+and equivalence with the in-process engine on Flower's simulation runtime (slow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict  # noqa: E402
+
+import fedwear  # noqa: E402
+from fedwear.callbacks import CsvSink  # noqa: E402
+from fedwear.data import load_federated  # noqa: E402
+from fedwear.engines.flower import (  # noqa: E402
+    GridExecutor,
+    from_content,
+    make_sim_client_app,
+    rows_from_content,
+    rows_to_content,
+    to_content,
+    wire_bytes,
+)
+from fedwear.engines.runner import Roster, Runner  # noqa: E402
+from fedwear.methods import Record, Task, build_method  # noqa: E402
+from tests.flower_local import LocalGrid  # noqa: E402
+from tests.helpers import tiny_config  # noqa: E402
+
+
+def test_record_round_trip_keeps_names_dtypes_and_scalars():
+    rec = Record({"body.w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.array(3, np.int64)},
+                 {"num_examples": 12, "loss": 0.5, "tag": "x"})
+    back, conf = from_content(to_content(rec, {"round": 4}))
+    assert conf == {"round": 4}
+    assert back.scalars == rec.scalars
+    assert list(back.arrays) == list(rec.arrays)
+    for k in rec.arrays:
+        assert back.arrays[k].dtype == rec.arrays[k].dtype
+        np.testing.assert_array_equal(back.arrays[k], rec.arrays[k])
+    assert wire_bytes(to_content(rec)["arrays"]) == rec.nbytes
+
+
+def test_rows_round_trip():
+    rows = [{"view": "global", "split": "test", "n": 5, "accuracy": 0.4, "macro_f1": 0.3, "auc": float("nan")}]
+    back = rows_from_content(rows_to_content(rows))
+    assert back[0]["view"] == "global" and back[0]["n"] == 5 and np.isnan(back[0]["auc"])
+    assert rows_from_content(rows_to_content([])) == []
+
+
+def roster_of(cfg) -> tuple:
+    data = load_federated(cfg.dataset, cfg.seed)
+    method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
+    roster = Roster.of(method, data)
+    return method, roster, list(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
+
+
+def run_on_grid(cfg, out, **grid_kwargs):
+    """The Flower server side (Runner + GridExecutor) against an in-process grid."""
+    method, roster, order = roster_of(cfg)
+    n = len(order)
+    grid = LocalGrid(make_sim_client_app(cfg), n, **grid_kwargs)
+    out.mkdir(parents=True, exist_ok=True)
+    executor = GridExecutor(grid, cfg, n)
+    Runner(cfg, method, roster, executor, [CsvSink(out)]).run()
+    return executor, grid
+
+
+def test_grid_engine_equals_sim_and_counts_the_same_bytes(tmp_path):
+    cfg = tiny_config()
+    executor, _ = run_on_grid(cfg, tmp_path / "grid")
+    ref = fedwear.run(cfg, tmp_path / "sim")
+    assert (tmp_path / "grid" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
+    rounds = pd.read_csv(tmp_path / "grid" / "rounds.csv")
+    assert executor.bytes_down == rounds["bytes_down"].sum() == ref.summary["bytes_down"]
+    assert executor.bytes_up == rounds["bytes_up"].sum() == ref.summary["bytes_up"]
+
+
+def _rename(reply: Message) -> Message:
+    arrays = reply.content["arrays"]
+    bad = ArrayRecord({f"x.{k}": v for k, v in arrays.items()})
+    return Message(RecordDict({"arrays": bad, "config": reply.content["config"]}), reply_to=_original(reply))
+
+
+def _nan(reply: Message) -> Message:
+    arrays = {k: a.numpy() for k, a in reply.content["arrays"].items()}
+    k = next(iter(arrays))
+    arrays[k] = np.full_like(arrays[k], np.inf)
+    return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                               "config": reply.content["config"]}), reply_to=_original(reply))
+
+
+def _shape(reply: Message) -> Message:
+    arrays = {k: a.numpy() for k, a in reply.content["arrays"].items()}
+    k = next(iter(arrays))
+    arrays[k] = arrays[k].ravel()[:3].copy()
+    return Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                               "config": reply.content["config"]}), reply_to=_original(reply))
+
+
+def _garbage(reply: Message) -> Message:
+    return Message(RecordDict({"config": ConfigRecord({"hello": 1})}), reply_to=_original(reply))
+
+
+def _original(reply: Message) -> Message:
+    """A stand-in instruction so that Message(reply_to=...) builds a reply."""
+    m = Message(RecordDict(), dst_node_id=reply.metadata.src_node_id, message_type="train", group_id="0")
+    m.metadata.__dict__["_message_id"] = "x"
+    return m
+
+
+def test_malformed_replies_and_dead_nodes_are_dropped_and_logged(tmp_path, caplog):
+    cfg = tiny_config(clients_per_round=6, rounds=2)
+    _, roster, order = roster_of(cfg)  # node 100 + i plays order[i]
+    c = roster.trainers
+    node = {cid: 100 + order.index(cid) for cid in c}
+    tamper = {node[c[0]]: _rename, node[c[1]]: _nan, node[c[2]]: _shape, node[c[3]]: _garbage}
+    with caplog.at_level("WARNING", logger="fedwear"):
+        run_on_grid(cfg, tmp_path, tamper=tamper, dead={node[c[4]]})
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert len(rounds) == 2
+    dropped = rounds["dropped"].iloc[0]
+    expected = [(c[0], "names differ"), (c[1], "NaN or inf"), (c[2], "shape"), (c[3], "no reply"), (c[4], "no reply")]
+    for cid, why in expected:
+        assert f"{cid}:" in dropped and why in dropped.split(f"{cid}:")[1].split(";")[0], dropped
+    assert c[5] not in dropped
+    text = caplog.text
+    assert f"no reply from node {node[c[4]]}" in text and "unreadable reply" in text
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    assert set(metrics["round"]) == {1, 2} and np.isfinite(metrics["accuracy"]).all()
+
+
+def test_client_state_lives_in_context_state(tmp_path):
+    cfg = tiny_config(method="local", rounds=2)
+    _, grid = run_on_grid(cfg, tmp_path)
+    ctx: Context = grid.contexts[100]  # a training client (trainers come first)
+    assert "fedwear.state.arrays" in ctx.state
+    assert any(k.startswith("head.") for k in ctx.state["fedwear.state.arrays"].keys())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized"])
+def test_flower_sim_equals_sim(tmp_path, method):
+    cfg = tiny_config(method=method, **{"dataset.cache_dir": str(tmp_path / "cache")})
+    sim = fedwear.run(cfg, tmp_path / "sim")
+    flw = fedwear.run(tiny_config(method=method, engine="flower-sim", **{"dataset.cache_dir": str(tmp_path / "cache")}),
+                      tmp_path / "flower")
+    a, b = sim.metrics, flw.metrics
+    assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
+    for m in ("accuracy", "macro_f1", "auc"):
+        np.testing.assert_allclose(a[m].to_numpy(), b[m].to_numpy(), atol=1e-6, equal_nan=True)
+    assert sim.summary["bytes_up"] == flw.summary["bytes_up"]
+    assert sim.summary["bytes_down"] == flw.summary["bytes_down"]
