@@ -97,6 +97,7 @@ class ClientSlot:
     trainer: ClientRuntime | None  # None: this node never trains (held-out client)
     evaluator: ClientRuntime | None  # None: never evaluated (Centralized's pooled client)
     new: bool
+    dims: tuple[int, int, int]  # window, channels, classes
 
 
 def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot], Roster]:
@@ -112,7 +113,8 @@ def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot
     evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled) for c in data.clients}
     evaluated.update({c.client_id: ClientRuntime(method, c, cfg) for c in data.new_clients})
     order = list(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
-    slots = [ClientSlot(cid, trainers.get(cid), evaluated.get(cid), cid in roster.new_clients) for cid in order]
+    dims = (roster.window, roster.channels, roster.num_classes)
+    slots = [ClientSlot(cid, trainers.get(cid), evaluated.get(cid), cid in roster.new_clients, dims) for cid in order]
     return slots, roster
 
 
@@ -139,8 +141,10 @@ def handle(slot: ClientSlot, msg, context):
     fa = _flwr()
     kind = msg.metadata.message_type.split(".")[0]
     if kind == "query":
+        window, channels, classes = slot.dims
         return fa.Message(fa.RecordDict({"info": fa.ConfigRecord(
-            {"client_id": slot.client_id, "new": slot.new, "trains": slot.trainer is not None})}), reply_to=msg)
+            {"client_id": slot.client_id, "new": slot.new, "trains": slot.trainer is not None,
+             "window": window, "channels": channels, "num_classes": classes})}), reply_to=msg)
     down, conf = from_content(msg.content)
     state = Record()
     if f"{STATE}.arrays" in context.state:
@@ -177,6 +181,23 @@ def make_sim_client_app(cfg: RunConfig):
 
 
 # ---- server side ------------------------------------------------------------------------------
+def roster_from_nodes(info: dict[str, dict]) -> Roster:
+    """The roster of a deployment, from the nodes' answers to the query message."""
+    if not info:
+        raise FedwearError("no Flower node answered; start the SuperNodes (fedwear flower client ...)")
+    dims = {(i["window"], i["channels"], i["num_classes"]) for i in info.values()}
+    if len(dims) > 1:
+        raise FedwearError(f"the nodes disagree on window/channels/classes {sorted(dims)}: give them the same config")
+    window, channels, classes = dims.pop()
+    ids = sorted(info)
+    return Roster(
+        clients=[c for c in ids if not info[c]["new"]],
+        new_clients=[c for c in ids if info[c]["new"]],
+        trainers=[c for c in ids if info[c]["trains"]],
+        window=window, channels=channels, num_classes=classes,
+    )
+
+
 class GridExecutor:
     """Executes a round's client work through a Flower ``Grid``; client state stays on the nodes."""
 
