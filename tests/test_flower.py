@@ -140,12 +140,13 @@ def test_client_state_lives_in_context_state(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized"])
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "fedavg+dp"])
 def test_flower_sim_equals_sim(tmp_path, method):
-    cfg = tiny_config(method=method, **{"dataset.cache_dir": str(tmp_path / "cache")})
-    sim = fedwear.run(cfg, tmp_path / "sim")
-    flw = fedwear.run(tiny_config(method=method, engine="flower-sim", **{"dataset.cache_dir": str(tmp_path / "cache")}),
-                      tmp_path / "flower")
+    sets = {"dataset.cache_dir": str(tmp_path / "cache"), "method": method.split("+")[0]}
+    if method.endswith("+dp"):
+        sets.update({"privacy.dp": "central", "privacy.noise_multiplier": 0.5})
+    sim = fedwear.run(tiny_config(**sets), tmp_path / "sim")
+    flw = fedwear.run(tiny_config(engine="flower-sim", **sets), tmp_path / "flower")
     a, b = sim.metrics, flw.metrics
     assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
     for m in ("accuracy", "macro_f1", "auc"):

@@ -120,6 +120,11 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster) -> Result:
     wall = float(pd.read_csv(out / "timing.csv")["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
     summary["clients"] = {"train": len(roster.clients), "new": len(roster.new_clients)}
+    summary["privacy"] = {"dp": "none", "secure_aggregation": False}
+    if cfg.privacy.dp != "none":
+        from fedwear.privacy import CentralDP
+
+        summary["privacy"] = {**CentralDP.describe(cfg), "secure_aggregation": False}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return Result(out, summary)
 

@@ -72,6 +72,14 @@ class FlowerConfig(Strict):
     cpus_per_client: float = Field(1.0, gt=0, description="flower-sim: Ray CPUs per virtual client")
 
 
+class PrivacyConfig(Strict):
+    """Central differential privacy with client-side fixed clipping (DP-FedAvg, McMahan et al. 2018)."""
+
+    dp: Literal["none", "central"] = "none"
+    clipping_norm: float = Field(1.0, gt=0, description="L2 bound C of each client's update")
+    noise_multiplier: float = Field(1.0, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates")
+
+
 class RunConfig(Strict):
     method: str = "fedavg"
     rounds: int = Field(20, ge=1)
@@ -88,6 +96,7 @@ class RunConfig(Strict):
     optimizer: OptimizerConfig = OptimizerConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     flower: FlowerConfig = FlowerConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
     method_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("clients_per_round")

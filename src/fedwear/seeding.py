@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-PURPOSES = {"schedule": 1, "fit": 2, "adapt": 3, "personalize": 4, "select": 5}
+PURPOSES = {"schedule": 1, "fit": 2, "adapt": 3, "personalize": 4, "select": 5, "dp": 6}
 
 
 def derive_seed(seed: int, purpose: str, round: int = 0, client: str = "") -> int:

@@ -35,8 +35,14 @@ def parse_options(name: str, raw: dict | None) -> Options:
 
 
 def build_method(task: Task) -> Method:
+    """The configured method, wrapped for differential privacy when ``privacy.dp`` asks for it."""
     cfg = task.config
-    return method_class(cfg.method)(task, parse_options(cfg.method, cfg.method_options.get(cfg.method)))
+    method = method_class(cfg.method)(task, parse_options(cfg.method, cfg.method_options.get(cfg.method)))
+    if cfg.privacy.dp == "central":
+        from fedwear.privacy import CentralDP
+
+        return CentralDP(method)  # type: ignore[return-value]
+    return method
 
 
 __all__ = ["METHODS", "Method", "Options", "Record", "Task", "build_method", "method_class", "parse_options"]

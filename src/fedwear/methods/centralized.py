@@ -17,6 +17,7 @@ POOLED = "pooled"
 class Centralized(FedAvg):
     name = "centralized"
     summary = "Centralized: one model on the pooled data of all training clients (upper bound, no privacy)."
+    mean_aggregation = False
 
     def training_clients(self, data):
         splits = [c.train for c in data.clients]

@@ -39,6 +39,8 @@ class FedAvg(Method):
     shared: ClassVar[tuple[str, ...]] = ("body", "head")
     #: Model parts a client trains and keeps between rounds (never sent).
     personal: ClassVar[tuple[str, ...]] = ()
+    #: The server state is a mean of the replied arrays (central DP and secure aggregation apply).
+    mean_aggregation: ClassVar[bool] = True
 
     def __init__(self, task: Task, options: BaseOptions) -> None:
         super().__init__(task, options)

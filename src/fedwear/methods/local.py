@@ -14,6 +14,7 @@ class Local(FedAvg):
     summary = "Local (SOLO): each client trains its own model on its own data, no communication."
     shared = ()
     personal = ("body", "head")
+    mean_aggregation = False
 
     def select(self, server, round, scheduled, all_clients):
         return list(all_clients)
