@@ -57,7 +57,7 @@ class LocalGrid(Grid):
             if node in self.dead and m.metadata.message_type != "query":  # dies after joining
                 continue
             reply = self.app(copy.deepcopy(m), self.contexts[node])
-            if node in self.tamper and m.metadata.message_type == "train":
+            if node in self.tamper and m.metadata.message_type.startswith("train."):
                 reply = self.tamper[node](reply)
             reply.metadata.__dict__["_reply_to_message_id"] = mid
             self.replies[mid] = reply

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -61,10 +61,8 @@ def processes():
 
 
 def kill(p: subprocess.Popen, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(p.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture
@@ -128,6 +126,27 @@ def test_tls_deployment_matches_sim(tmp_path, deployment):
     summary = __import__("json").loads((out / "summary.json").read_text())
     assert summary["flower_bytes"] == {"down": summary["bytes_down"], "up": summary["bytes_up"]}
     assert summary["bytes_up"] == ref.summary["bytes_up"]
+
+
+def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
+    import pickle
+
+    cfg, cfg_path, roots, certs = deployment
+    secure = cfg.model_copy(update={"rounds": 2, "evaluation": cfg.evaluation.model_copy(update={"every": 2}),
+                                    "flower": cfg.flower.model_copy(update={"secagg": cfg.flower.secagg.model_copy(
+                                        update={"enabled": True})})})
+    cfg_path.write_text(dump_config(secure))
+    out = tmp_path / "run"
+    with processes() as start:
+        superlink, _ = start_federation(start, tmp_path, cfg_path, roots, certs)
+        server = serve(start, tmp_path, cfg_path, superlink, certs, out)
+        assert server.wait(timeout=600) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    plain = cfg.model_copy(update={"rounds": 2, "evaluation": secure.evaluation})
+    ref = fedwear.run(plain, tmp_path / "sim")
+    a = pickle.loads((ref.out_dir / "checkpoint.pkl").read_bytes())["server"]
+    b = pickle.loads((out / "checkpoint.pkl").read_bytes())["server"]
+    for k in a.arrays:
+        np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=1e-4)
 
 
 def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):

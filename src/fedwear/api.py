@@ -49,6 +49,10 @@ def run(
 ) -> Result:
     """Run one experiment and write its run directory (config.yaml, metrics.csv, summary.json...)."""
     cfg = as_config(config)
+    if cfg.engine == "flower":
+        raise FedwearError("engine=flower is a deployment: start it with `fedwear flower serve` (see docs/deployment.md)")
+    if cfg.flower.secagg.enabled and cfg.engine == "sim":
+        raise FedwearError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
     ckpt = _check_out_dir(cfg, out, resume)
     if cfg.threads:
@@ -78,7 +82,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
     """Run as a Flower ServerApp against ``grid`` (deployment): the server holds no data."""
     from fedwear.engines.flower import GridExecutor, roster_from_nodes
 
-    cfg = as_config(config)
+    cfg = as_config(config).model_copy(update={"engine": "flower"})
     out = Path(out_dir)
     _check_out_dir(cfg, out, resume=False)
     executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
@@ -120,11 +124,12 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster) -> Result:
     wall = float(pd.read_csv(out / "timing.csv")["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
     summary["clients"] = {"train": len(roster.clients), "new": len(roster.new_clients)}
-    summary["privacy"] = {"dp": "none", "secure_aggregation": False}
+    secure = cfg.flower.secagg.model_dump() if cfg.flower.secagg.enabled else False
+    summary["privacy"] = {"dp": "none", "secure_aggregation": secure}
     if cfg.privacy.dp != "none":
         from fedwear.privacy import CentralDP
 
-        summary["privacy"] = {**CentralDP.describe(cfg), "secure_aggregation": False}
+        summary["privacy"] = {**CentralDP.describe(cfg), "secure_aggregation": secure}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return Result(out, summary)
 

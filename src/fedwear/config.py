@@ -55,6 +55,19 @@ class EvaluationConfig(Strict):
     batch_size: int = Field(1024, ge=1)
 
 
+class SecAggConfig(Strict):
+    """Flower's SecAgg+ (Bell et al. 2020) for methods that average client arrays; Flower engines only."""
+
+    enabled: bool = False
+    num_shares: int | float = Field(1.0, description="neighbours each client shares keys with (int > 2, or a fraction)")
+    reconstruction_threshold: int | float = Field(1.0, description="shares needed to reconstruct (int, or a fraction)")
+    max_weight: float | None = Field(
+        None, gt=0,
+        description="largest client weight (train windows); null = the largest the nodes report. Too large loses precision",
+    )
+    clipping_range: float = Field(8.0, gt=0, description="update entries are clipped to +-this before quantisation")
+
+
 class FlowerConfig(Strict):
     """Settings of the Flower engines (``engine: flower-sim`` and deployment)."""
 
@@ -70,6 +83,7 @@ class FlowerConfig(Strict):
     )
     connect_timeout: float = Field(300.0, gt=0, description="seconds to wait for min_nodes to connect")
     cpus_per_client: float = Field(1.0, gt=0, description="flower-sim: Ray CPUs per virtual client")
+    secagg: SecAggConfig = SecAggConfig()
 
 
 class PrivacyConfig(Strict):
@@ -88,7 +102,9 @@ class RunConfig(Strict):
     batch_size: int = Field(32, ge=1)
     grad_clip: float | None = Field(None, gt=0)
     seed: int = 0
-    engine: Literal["sim", "flower-sim"] = "sim"
+    engine: Literal["sim", "flower-sim", "flower"] = Field(
+        "sim", description="sim (in-process), flower-sim (Flower simulation, Ray); flower = a deployment (fedwear flower serve)"
+    )
     threads: int | None = Field(None, ge=1, description="torch threads; null leaves torch's default")
     checkpoint_every: int = Field(1, ge=0, description="save a checkpoint every N rounds (0: never)")
     dataset: DatasetConfig = DatasetConfig()

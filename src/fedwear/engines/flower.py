@@ -24,6 +24,7 @@ import numpy as np
 from fedwear.config import RunConfig
 from fedwear.engines.client import ClientRuntime, Row
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
+from fedwear.engines.secagg import secagg_train, secure_mean
 from fedwear.errors import FedwearError
 from fedwear.methods import Method, Record
 
@@ -134,6 +135,7 @@ def slots_for(cfg: RunConfig, with_pooled_test: bool) -> list[ClientSlot]:
 
 
 STATE = "fedwear.state"
+TRAIN_ACTION = "fedwear"  # message type train.fedwear
 
 
 def handle(slot: ClientSlot, msg, context):
@@ -144,7 +146,8 @@ def handle(slot: ClientSlot, msg, context):
         window, channels, classes = slot.dims
         return fa.Message(fa.RecordDict({"info": fa.ConfigRecord(
             {"client_id": slot.client_id, "new": slot.new, "trains": slot.trainer is not None,
-             "window": window, "channels": channels, "num_classes": classes})}), reply_to=msg)
+             "window": window, "channels": channels, "num_classes": classes,
+             "num_train": len(slot.trainer.data.train) if slot.trainer else 0})}), reply_to=msg)
     down, conf = from_content(msg.content)
     state = Record()
     if f"{STATE}.arrays" in context.state:
@@ -174,10 +177,22 @@ def make_sim_client_app(cfg: RunConfig):
         slots = slots_for(cfg, with_pooled_test=True)
         return handle(slots[int(context.node_config["partition-id"])], msg, context)
 
-    app.train()(_handler)
-    app.evaluate()(_handler)
-    app.query()(_handler)
+    def _secagg(msg, context):
+        slots = slots_for(cfg, with_pooled_test=True)
+        return secagg_train(slots[int(context.node_config["partition-id"])], msg, context)
+
+    register(app, _handler, _secagg)
     return app
+
+
+def register(app, handler, secagg_handler) -> None:
+    """fedwear's training is ``train.fedwear``; plain ``train`` is SecAgg+ traffic (its mod)."""
+    from flwr.client.mod import secaggplus_mod
+
+    app.train(TRAIN_ACTION)(handler)
+    app.train(mods=[secaggplus_mod])(secagg_handler)
+    app.evaluate()(handler)
+    app.query()(handler)
 
 
 # ---- server side ------------------------------------------------------------------------------
@@ -255,9 +270,10 @@ class GridExecutor:
         return msgs, client_of
 
     def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
-        fa = _flwr()
+        if self.cfg.flower.secagg.enabled:
+            return self._secure_fit(round, downs)
         contents = {c: to_content(d, {"round": round}) for c, d in downs.items()}
-        msgs, client_of = self._messages(fa.MessageType.TRAIN, contents, round)
+        msgs, client_of = self._messages(f"train.{TRAIN_ACTION}", contents, round)
         self.bytes_down += sum(wire_bytes(m.content["arrays"]) for m in msgs)
         out = {}
         for node, reply in self._send(msgs, f"round {round}").items():
@@ -272,6 +288,21 @@ class GridExecutor:
                 continue
             self.bytes_up += wire_bytes(reply.content["arrays"])
         return out
+
+    def _secure_fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
+        """SecAgg+: the server learns only the mean; each contributor is credited with it (weight 1)."""
+        if not downs:
+            return {}
+        first = next(iter(downs.values()))
+        if any(d.arrays.keys() != first.arrays.keys() or
+               any(not np.array_equal(d.arrays[k], first.arrays[k]) for k in first.arrays) for d in downs.values()):
+            raise FedwearError("flower.secagg needs the same message for every client (FedAvg-style methods)")
+        nodes = {c: self.node_of[c] for c in downs if c in self.node_of}
+        weight = self.cfg.flower.secagg.max_weight or max(int(self.info[c]["num_train"]) for c in nodes)
+        mean, contributors = secure_mean(self.grid, self.cfg, nodes, first, round, weight)
+        self.bytes_down += first.nbytes * len(nodes)
+        self.bytes_up += first.nbytes * len(contributors)
+        return {c: Record(mean, {"num_examples": 1}) for c in contributors}
 
     def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]:
         fa = _flwr()

@@ -15,7 +15,8 @@ from functools import cache
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from fedwear.engines.flower import ClientSlot, build_slots, handle
+from fedwear.engines.flower import ClientSlot, build_slots, handle, register
+from fedwear.engines.secagg import secagg_train
 from fedwear.errors import FedwearError
 
 server_app = ServerApp()
@@ -62,6 +63,11 @@ def _handler(msg, context):
     return handle(slot, msg, context)
 
 
-client_app.train()(_handler)
-client_app.evaluate()(_handler)
-client_app.query()(_handler)
+def _secagg_handler(msg, context):
+    nc = context.node_config
+    slot = node_slot(str(nc["config"]), str(nc.get("data-root", "")), str(nc.get("client", "")),
+                     str(nc.get("role", "train")))
+    return secagg_train(slot, msg, context)
+
+
+register(client_app, _handler, _secagg_handler)
