@@ -149,17 +149,10 @@ def handle(slot: ClientSlot, msg, context):
              "window": window, "channels": channels, "num_classes": classes,
              "num_train": len(slot.trainer.data.train) if slot.trainer else 0})}), reply_to=msg)
     down, conf = from_content(msg.content)
-    state = Record()
-    if f"{STATE}.arrays" in context.state:
-        state, _ = from_content(context.state, prefix=f"{STATE}.")
+    state = load_state(context)
     rnd = int(conf["round"])
     if kind == "train":
-        if slot.trainer is None:
-            raise RuntimeError(f"client {slot.client_id} does not train")
-        up, new_state = slot.trainer.fit(down, state, rnd)
-        for key, value in to_content(new_state, prefix=f"{STATE}.").items():
-            context.state[key] = value
-        return fa.Message(fa.RecordDict(to_content(up)), reply_to=msg)
+        return fa.Message(fa.RecordDict(to_content(train(slot, down, context, rnd))), reply_to=msg)
     if kind == "evaluate":
         glob = from_content(msg.content, prefix="global.")[0] if conf.get("has_global") else None
         rows = slot.evaluator.evaluate(down, state, glob, rnd, new=slot.new) if slot.evaluator else []
@@ -167,32 +160,50 @@ def handle(slot: ClientSlot, msg, context):
     raise ValueError(f"unknown message type {msg.metadata.message_type!r}")
 
 
-def make_sim_client_app(cfg: RunConfig):
-    """A ClientApp for the simulation runtime: node ``partition-id`` i plays roster client i."""
+def load_state(context) -> Record:
+    """The client state kept in ``Context.state`` (empty before the first round)."""
+    if f"{STATE}.arrays" not in context.state:
+        return Record()
+    return from_content(context.state, prefix=f"{STATE}.")[0]
+
+
+def train(slot: ClientSlot, down: Record, context, round: int) -> Record:
+    """Local training: the method's ``fit``, its new client state stored in ``Context.state``."""
+    if slot.trainer is None:
+        raise RuntimeError(f"client {slot.client_id} does not train")
+    up, state = slot.trainer.fit(down, load_state(context), round)
+    for key, value in to_content(state, prefix=f"{STATE}.").items():
+        context.state[key] = value
+    return up
+
+
+def make_client_app(slot_of):
+    """A ClientApp whose node plays ``slot_of(context)``.
+
+    fedwear's training is ``train.fedwear``; plain ``train`` is SecAgg+ traffic, answered
+    through Flower's ``secaggplus_mod``.
+    """
+    from flwr.client.mod import secaggplus_mod
     from flwr.clientapp import ClientApp
 
     app = ClientApp()
 
     def _handler(msg, context):
-        slots = slots_for(cfg, with_pooled_test=True)
-        return handle(slots[int(context.node_config["partition-id"])], msg, context)
+        return handle(slot_of(context), msg, context)
 
     def _secagg(msg, context):
-        slots = slots_for(cfg, with_pooled_test=True)
-        return secagg_train(slots[int(context.node_config["partition-id"])], msg, context)
+        return secagg_train(slot_of(context), msg, context)
 
-    register(app, _handler, _secagg)
+    app.train(TRAIN_ACTION)(_handler)
+    app.train(mods=[secaggplus_mod])(_secagg)
+    app.evaluate()(_handler)
+    app.query()(_handler)
     return app
 
 
-def register(app, handler, secagg_handler) -> None:
-    """fedwear's training is ``train.fedwear``; plain ``train`` is SecAgg+ traffic (its mod)."""
-    from flwr.client.mod import secaggplus_mod
-
-    app.train(TRAIN_ACTION)(handler)
-    app.train(mods=[secaggplus_mod])(secagg_handler)
-    app.evaluate()(handler)
-    app.query()(handler)
+def make_sim_client_app(cfg: RunConfig):
+    """The simulation's ClientApp: the node with ``partition-id`` i plays roster client i."""
+    return make_client_app(lambda context: slots_for(cfg, True)[int(context.node_config["partition-id"])])
 
 
 # ---- server side ------------------------------------------------------------------------------

@@ -12,15 +12,12 @@ from __future__ import annotations
 import logging
 from functools import cache
 
-from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from fedwear.engines.flower import ClientSlot, build_slots, handle, register
-from fedwear.engines.secagg import secagg_train
+from fedwear.engines.flower import ClientSlot, build_slots, make_client_app
 from fedwear.errors import FedwearError
 
 server_app = ServerApp()
-client_app = ClientApp()
 
 
 @server_app.main()
@@ -56,18 +53,10 @@ def node_slot(config: str, data_root: str, client: str, role: str) -> ClientSlot
     return slot
 
 
-def _handler(msg, context):
+def _slot_of(context) -> ClientSlot:
     nc = context.node_config
-    slot = node_slot(str(nc["config"]), str(nc.get("data-root", "")), str(nc.get("client", "")),
+    return node_slot(str(nc["config"]), str(nc.get("data-root", "")), str(nc.get("client", "")),
                      str(nc.get("role", "train")))
-    return handle(slot, msg, context)
 
 
-def _secagg_handler(msg, context):
-    nc = context.node_config
-    slot = node_slot(str(nc["config"]), str(nc.get("data-root", "")), str(nc.get("client", "")),
-                     str(nc.get("role", "train")))
-    return secagg_train(slot, msg, context)
-
-
-register(client_app, _handler, _secagg_handler)
+client_app = make_client_app(_slot_of)

@@ -15,7 +15,6 @@ import logging
 import numpy as np
 
 from fedwear.config import RunConfig
-from fedwear.errors import FedwearError
 from fedwear.methods.api import Record
 
 log = logging.getLogger("fedwear")
@@ -81,19 +80,14 @@ def secagg_train(slot, msg, context):
     from flwr.app import Message
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
-    from fedwear.engines.flower import STATE, from_content, to_content
+    from fedwear.engines.flower import train
 
-    if slot.trainer is None:
-        raise FedwearError(f"client {slot.client_id} does not train")
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     names = str(fitins.config[NAMES]).split("\n")
     arrays = dict(zip(names, parameters_to_ndarrays(fitins.parameters), strict=True))
     scalars = {k[2:]: v for k, v in fitins.config.items() if k.startswith("s.")}
     down = Record(arrays, scalars)
-    state = from_content(context.state, prefix=f"{STATE}.")[0] if f"{STATE}.arrays" in context.state else Record()
-    up, new_state = slot.trainer.fit(down, state, int(fitins.config["round"]))
-    for key, value in to_content(new_state, prefix=f"{STATE}.").items():
-        context.state[key] = value
+    up = train(slot, down, context, int(fitins.config["round"]))
     deltas = [up.arrays[k].astype(np.float64) - down.arrays[k].astype(np.float64) for k in names]
     res = FitRes(status=Status(Code.OK, ""), parameters=ndarrays_to_parameters(deltas),
                  num_examples=int(up.scalars["num_examples"]), metrics={})
