@@ -173,7 +173,7 @@ def test_secure_aggregation_matches_plain_mean(tmp_path):
     plain = server_after(tiny_config(rounds=2), tmp_path / "plain")
     secure = server_after(tiny_config(rounds=2, engine="flower-sim", **{"flower.secagg.enabled": True}), tmp_path / "sec")
     for k, v in plain.arrays.items():
-        np.testing.assert_allclose(secure.arrays[k], v, atol=1e-4)
+        np.testing.assert_allclose(secure.arrays[k], v, atol=5e-4)  # SecAgg+ quantisation
     rounds = pd.read_csv(tmp_path / "sec" / "rounds.csv")
     assert rounds["dropped"].isna().all() and (rounds["n_clients"] == 3).all()
 
@@ -188,5 +188,5 @@ def test_flower_sim_with_secure_aggregation(tmp_path):
     a = pickle.loads((sim.out_dir / "checkpoint.pkl").read_bytes())["server"]
     b = pickle.loads((sec.out_dir / "checkpoint.pkl").read_bytes())["server"]
     for k in a.arrays:
-        np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=1e-4)
+        np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=5e-4)  # SecAgg+ quantisation
     assert sec.summary["privacy"]["secure_aggregation"]["enabled"] is True

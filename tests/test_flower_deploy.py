@@ -80,6 +80,7 @@ def deployment(tmp_path, data_root):
         "dataset.name": "usc_had", "dataset.root": str(everything), "dataset.rate_hz": 50,
         "dataset.window": 128, "dataset.held_out": 0, "dataset.cache_dir": str(tmp_path / "cache"),
         "local_epochs": 1, "batch_size": 32, "clients_per_round": 3, "flower.round_timeout": 60,
+        "optimizer.persist": True,  # momentum buffers: client state that must survive in Context.state
     })
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(dump_config(cfg))
@@ -146,7 +147,7 @@ def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
     a = pickle.loads((ref.out_dir / "checkpoint.pkl").read_bytes())["server"]
     b = pickle.loads((out / "checkpoint.pkl").read_bytes())["server"]
     for k in a.arrays:
-        np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=1e-4)
+        np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=5e-4)  # SecAgg+ quantisation
 
 
 def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):

@@ -180,3 +180,15 @@ def test_new_clients_adapt_with_local(tmp_path):
     assert (
         set(m[m["view"] == "new_clients"]["client"]) and len(m[m["view"] == "new_clients"]) == 2 * 3
     )
+
+
+def test_best_round_selected_on_validation_split(tmp_path):
+    cfg = tiny_config(rounds=4, **{"dataset.val_fraction": 0.3, "evaluation.best_split": "val",
+                                   "evaluation.best_metric": "global.accuracy"})
+    res = fedwear.run(cfg, tmp_path)
+    m = res.metrics
+    assert set(m["split"]) == {"test", "val"}
+    val = m[(m["view"] == "global") & (m["split"] == "val")]
+    per_round = val.groupby("round").apply(lambda g: np.average(g["accuracy"], weights=g["n"]), include_groups=False)
+    assert res.summary["best_round"] == int(per_round.idxmax())
+    assert "val split" in res.summary["best_rule"]
