@@ -192,3 +192,16 @@ def test_best_round_selected_on_validation_split(tmp_path):
     per_round = val.groupby("round").apply(lambda g: np.average(g["accuracy"], weights=g["n"]), include_groups=False)
     assert res.summary["best_round"] == int(per_round.idxmax())
     assert "val split" in res.summary["best_rule"]
+
+
+def test_early_stopping_ends_the_run_and_checkpoints_it(tmp_path):
+    cfg = tiny_config(rounds=30, **{"evaluation.patience": 1, "evaluation.best_metric": "global.accuracy"})
+    res = fedwear.run(cfg, tmp_path)
+    last = res.summary["final_round"]
+    assert last < 30
+    acc = res.metrics.query("view == 'global' and split == 'test'").groupby("round").apply(
+        lambda g: np.average(g["accuracy"], weights=g["n"]), include_groups=False)
+    assert acc.loc[last] <= acc.loc[: last - 1].max()  # it stopped because round `last` did not improve
+    from fedwear.callbacks import load_checkpoint
+
+    assert load_checkpoint(tmp_path / "checkpoint.pkl")["round"] == last

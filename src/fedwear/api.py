@@ -10,7 +10,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedwear.callbacks import CHECKPOINT, Checkpointer, CsvSink, Progress, load_checkpoint
+from fedwear.callbacks import (
+    CHECKPOINT,
+    Checkpointer,
+    CsvSink,
+    EarlyStopping,
+    Progress,
+    load_checkpoint,
+)
 from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
@@ -111,6 +118,8 @@ def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callb
     _attach_log(out)
     (out / "config.yaml").write_text(dump_config(cfg))
     cbs: list[Callback] = [CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
+    if cfg.evaluation.patience:
+        cbs.insert(0, EarlyStopping(cfg.evaluation.best_metric, cfg.evaluation.patience))
     if not quiet:
         cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}"))
     return cbs

@@ -52,6 +52,9 @@ class EvaluationConfig(Strict):
     )
     targets: dict[str, float] = Field(default_factory=dict, description="view.metric -> value for rounds_to_target")
     adapt_epochs: int = Field(5, ge=0, description="training budget of a new client's adaptation")
+    patience: int | None = Field(
+        None, ge=1, description="stop after this many evaluations without a better best_metric (test split); null: never"
+    )
     batch_size: int = Field(1024, ge=1)
 
 

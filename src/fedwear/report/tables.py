@@ -17,7 +17,7 @@ def summary_table(summary: dict) -> str:
         if vals:
             cells = [f"{100 * vals[m]:.2f}" if vals.get(m) is not None else "n/a" for m in METRICS]
             lines.append(f"| {view} | " + " | ".join(cells) + " |")
-    return f"final round {summary['final_round']} (% , sample-weighted mean over clients)\n" + "\n".join(lines)
+    return f"final round {summary['final_round']} (%, sample-weighted mean over clients)\n" + "\n".join(lines)
 
 
 def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig) -> tuple[str, pd.DataFrame]:
