@@ -100,7 +100,7 @@ class Runner:
         self.start_round = round + 1
 
     def evaluation_due(self, r: int) -> bool:
-        return r % self.cfg.evaluation.every == 0 or r == self.cfg.rounds or self.stop
+        return r % self.cfg.evaluation.every == 0 or r == self.cfg.rounds
 
     def run(self) -> None:
         for cb in self.callbacks:

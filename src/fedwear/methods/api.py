@@ -46,9 +46,6 @@ class Record:
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
-    def __bool__(self) -> bool:
-        return bool(self.arrays or self.scalars)
-
 
 class Options(BaseModel):
     """Base of every method's options (``method_options.<name>`` in a config)."""

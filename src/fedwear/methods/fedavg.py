@@ -126,9 +126,6 @@ class FedAvg(Method):
             arrays.update(optimizer_arrays(opt, OPT_PREFIX))
         return Record(arrays)
 
-    def reply_spec(self, down: Record) -> dict[str, tuple[int, ...] | None]:
-        return {k: v.shape for k, v in down.arrays.items()}
-
     # ---- evaluation ---------------------------------------------------------------------
     # A predictor reuses the method's one model object: it is valid until the next call.
     def personal_predictor(self, down: Record, state: Record) -> Predictor | None:
@@ -155,9 +152,9 @@ class FedAvg(Method):
         return self.client_state(model, None)
 
 
-def tensors(data: ClientData, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero-copy torch views of a client's split (cached on the split object)."""
-    w = getattr(data, split)
+def tensors(data: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-copy torch views of a client's train split (cached on the split object)."""
+    w = data.train
     cached = getattr(w, "_torch", None)
     if cached is None:
         cached = (torch.from_numpy(np.ascontiguousarray(w.x)), torch.from_numpy(w.y))
