@@ -11,7 +11,7 @@ from fedwear.methods.fedavg import FedAvg
 class FedProxOptions(Options):
     mu: float = Field(
         0.01, ge=0,
-        description="proximal weight; 0.01 as suggested for ProtoHAR's table (SPECS A6) and FedAli's paper",
+        description="proximal weight mu (Li et al. 2020, Eq. 2); 0.01 as in FedAli's paper for its FedProx baseline",
     )
 
 
