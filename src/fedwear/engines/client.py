@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+
 from fedwear.config import RunConfig
 from fedwear.data.types import ClientData, Windows
 from fedwear.evaluation.metrics import classification_metrics, predict
@@ -11,14 +14,48 @@ from fedwear.seeding import derive_seed
 Row = dict[str, object]
 
 
+def fingerprint(*records: Record) -> str:
+    """A digest of records' array names, dtypes, shapes, bytes and scalars."""
+    h = hashlib.sha1()
+    for rec in records:
+        for name in sorted(rec.arrays):
+            a = rec.arrays[name]
+            h.update(f"{name}|{a.dtype}|{a.shape}".encode())
+            h.update(a.tobytes())
+        h.update(repr(sorted(rec.scalars.items())).encode())
+    return h.hexdigest()
+
+
+class SharedResults:
+    """Metrics of identical predictors on the same windows, computed once per evaluation round.
+
+    By the contract a personal predictor is a function of ``(down, state)`` only, so clients
+    whose ``(down, state)`` are identical (every client of a global-model method, on the pooled
+    test set of the generalization view) get the same result; it is computed once.
+    """
+
+    def __init__(self) -> None:
+        self._round: int | None = None
+        self._store: dict[tuple[str, int], Row] = {}
+
+    def get(self, round: int, key: tuple[str, int], compute: Callable[[], Row]) -> Row:
+        if round != self._round:
+            self._round, self._store = round, {}
+        if key not in self._store:
+            self._store[key] = compute()
+        return self._store[key]
+
+
 class ClientRuntime:
     """One client: its data, and (for the generalization view) the pooled test set if available."""
 
-    def __init__(self, method: Method, data: ClientData, cfg: RunConfig, pooled_test: Windows | None = None):
+    def __init__(self, method: Method, data: ClientData, cfg: RunConfig, pooled_test: Windows | None = None,
+                 shared: SharedResults | None = None):
         self.method = method
         self.data = data
         self.cfg = cfg
         self.pooled_test = pooled_test
+        self.shared = shared
 
     def fit(self, down: Record, state: Record, round: int) -> tuple[Record, Record]:
         seed = derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
@@ -43,12 +80,18 @@ class ClientRuntime:
         pred = None
         if {"personalized", "generalization"} & set(ev.views):
             seed = derive_seed(self.cfg.seed, "personalize", round, self.data.client_id)
-            pred = m.personal_predictor(down, m.personalize(down, state, self.data, seed))
+            personal = m.personalize(down, state, self.data, seed)
+            pred = m.personal_predictor(down, personal)
         if pred is not None:
             if "personalized" in ev.views:
                 rows += self._rows(pred, "personalized", splits)
             if "generalization" in ev.views and self.pooled_test is not None:
-                rows.append(self._row(pred, "generalization", "test", self.pooled_test))
+                pooled = self.pooled_test
+                row = lambda: self._row(pred, "generalization", "test", pooled)  # noqa: E731
+                if self.shared is None:
+                    rows.append(row())
+                else:
+                    rows.append(self.shared.get(round, (fingerprint(down, personal), id(pooled)), row))
         if "global" in ev.views and global_msg is not None:
             rows += self._rows(m.global_predictor(global_msg), "global", splits)
         return rows
