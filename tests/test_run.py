@@ -205,3 +205,36 @@ def test_early_stopping_ends_the_run_and_checkpoints_it(tmp_path):
     from fedwear.callbacks import load_checkpoint
 
     assert load_checkpoint(tmp_path / "checkpoint.pkl")["round"] == last
+
+
+def test_shared_generalization_results_equal_computing_each(tmp_path, monkeypatch):
+    """Clients with identical models share one generalization result; it equals computing each."""
+    from fedwear.engines import sim
+    from fedwear.engines.client import SharedResults
+
+    calls = {"computed": 0, "asked": 0}
+
+    class Counting(SharedResults):
+        def get(self, round, key, compute):
+            calls["asked"] += 1
+
+            def counted():
+                calls["computed"] += 1
+                return compute()
+
+            return super().get(round, key, counted)
+
+    class NoSharing(SharedResults):
+        def get(self, round, key, compute):
+            return compute()
+
+    monkeypatch.setattr(sim, "SharedResults", Counting)
+    shared = fedwear.run(tiny_config(), tmp_path / "shared")
+    assert calls["asked"] == 3 * 6 and calls["computed"] == 3  # 6 clients, 3 rounds, one global model
+    monkeypatch.setattr(sim, "SharedResults", NoSharing)
+    each = fedwear.run(tiny_config(), tmp_path / "each")
+    assert (shared.out_dir / "metrics.csv").read_bytes() == (each.out_dir / "metrics.csv").read_bytes()
+    monkeypatch.setattr(sim, "SharedResults", Counting)
+    calls.update(computed=0, asked=0)
+    fedwear.run(tiny_config(method="local"), tmp_path / "local")
+    assert calls["computed"] == calls["asked"]  # personal models differ: nothing shared
