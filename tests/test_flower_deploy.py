@@ -79,7 +79,7 @@ def deployment(tmp_path, data_root):
     cfg = tiny_config(**{
         "dataset.name": "usc_had", "dataset.root": str(everything), "dataset.rate_hz": 50,
         "dataset.window": 128, "dataset.held_out": 0, "dataset.cache_dir": str(tmp_path / "cache"),
-        "local_epochs": 1, "batch_size": 32, "clients_per_round": 3, "flower.round_timeout": 60,
+        "local_epochs": 1, "batch_size": 32, "clients_per_round": 3, "flower.round_timeout": 120,
         "optimizer.persist": True,  # momentum buffers: client state that must survive in Context.state
     })
     cfg_path = tmp_path / "cfg.yaml"
@@ -153,7 +153,7 @@ def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
 def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):
     cfg, cfg_path, roots, certs = deployment
     cfg_path.write_text(dump_config(cfg.model_copy(update={
-        "rounds": 3, "flower": cfg.flower.model_copy(update={"round_timeout": 45.0, "min_replies": 0.5})})))
+        "rounds": 3, "flower": cfg.flower.model_copy(update={"round_timeout": 90.0, "min_replies": 0.5})})))
     out = tmp_path / "run"
     with processes() as start:
         superlink, nodes = start_federation(start, tmp_path, cfg_path, roots, certs)
@@ -172,6 +172,7 @@ def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):
         assert "s03:no reply" in str(table["dropped"].iloc[r])
     assert (table["bytes_up"].iloc[1:] < table["bytes_up"].iloc[0]).all()
     log = (out / "run.log").read_text()
-    assert "no reply from node" in log and "left out of aggregation" in log
+    # detected by the round timeout or by Flower's heartbeat check, whichever comes first
+    assert ("no reply from node" in log or "Node Unavailable" in log) and "left out of aggregation" in log
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics[metrics["round"] == 3]["client"]) == {"s01", "s02"}
