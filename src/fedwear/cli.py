@@ -172,15 +172,14 @@ def flower_superlink(
     port: int = 8000,
 ) -> None:
     """Start Flower's SuperLink (TLS with --certs)."""
-    from fedwear.engines.flower_cli import _env, default_home, run_foreground, superlink_command
+    from fedwear.engines.flower_cli import superlink_command
 
-    try:
+    def command() -> list[str]:
         if certs is None and not insecure:
             raise FedwearError("give --certs DIR (see fedwear flower certs) or --insecure")
-        cmd = superlink_command(None if insecure else certs, host, port)
-    except FedwearError as e:
-        _fail(e)
-    raise typer.Exit(run_foreground(cmd, _env(default_home(f"superlink-{port}"))))
+        return superlink_command(None if insecure else certs, host, port)
+
+    _run_flower_process(command, f"superlink-{port}")
 
 
 @flower_app.command("client")
@@ -195,13 +194,23 @@ def flower_client(
     port: Annotated[int, typer.Option(help="this node's local API port (unique per node on one host)")] = 9094,
 ) -> None:
     """Start a SuperNode that plays one client with its own data only."""
-    from fedwear.engines.flower_cli import _env, default_home, run_foreground, supernode_command
+    from fedwear.engines.flower_cli import supernode_command
+
+    _run_flower_process(
+        lambda: supernode_command(config, superlink, _tls(ca, insecure), port, data_root, client, role),
+        f"node-{port}",
+    )
+
+
+def _run_flower_process(command, home_tag: str) -> None:
+    """Build a Flower command (user errors: one line) and run it in the foreground, own FLWR_HOME."""
+    from fedwear.engines.flower_cli import default_home, flower_env, run_foreground
 
     try:
-        cmd = supernode_command(config, superlink, _tls(ca, insecure), port, data_root, client, role)
+        cmd = command()
     except FedwearError as e:
         _fail(e)
-    raise typer.Exit(run_foreground(cmd, _env(default_home(f"node-{port}"))))
+    raise typer.Exit(run_foreground(cmd, flower_env(default_home(home_tag))))
 
 
 @flower_app.command("serve")

@@ -42,7 +42,7 @@ QUIET_ENV = {
 }
 
 
-def _env(flwr_home: Path | None = None) -> dict[str, str]:
+def flower_env(flwr_home: Path | None = None) -> dict[str, str]:
     env = {**os.environ, **QUIET_ENV}
     bindir = str(Path(sys.executable).parent)  # flower-superexec must be on PATH
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
@@ -129,7 +129,7 @@ def serve_command(config: Path, out: Path, nodes: int, superlink: str, ca: Path 
     app = write_app(home / "app")
     conn = f'[superlink]\ndefault = "fedwear"\n\n[superlink.fedwear]\naddress = "{superlink}"\n'
     conn += "insecure = true\n" if ca is None else f'root-certificates = "{ca.resolve()}"\n'
-    env = _env(home / "flwr")
+    env = flower_env(home / "flwr")
     (home / "flwr" / "config.toml").write_text(conn)
     run_config = f"config='{config.resolve()}' out='{out.resolve()}' nodes={nodes}"
     return [_tool("flwr"), "run", str(app), "fedwear", "--run-config", run_config, "--stream"], env
