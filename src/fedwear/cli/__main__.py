@@ -1,0 +1,5 @@
+"""``python -m fedwear.cli``."""
+
+from fedwear.cli import main
+
+main()

@@ -1,0 +1,28 @@
+"""Helpers shared by the command modules: one-line errors, console logging, ``--set``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config key: --set rounds=10")]
+
+
+def fail(e: Exception | str) -> NoReturn:
+    """Print ``error: <message>`` on one line (no traceback) and exit with status 2."""
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(2)
+
+
+def console_logging(quiet: bool) -> None:
+    """fedwear's warnings (errors only with ``quiet``) on stderr, attached once."""
+    log = logging.getLogger("fedwear")
+    if not any(getattr(h, "_fedwear_console", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setLevel(logging.ERROR if quiet else logging.WARNING)
+        h.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        h._fedwear_console = True  # type: ignore[attr-defined]
+        log.addHandler(h)
