@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 from fractions import Fraction
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +26,63 @@ from fedwear.errors import ConfigError, DataError
 # --------------------------------------------------------------------------- file helpers
 
 
+#: Names of the datasets whose bundled subset was already announced (once per process).
+_ANNOUNCED: set[str] = set()
+
+
+def _loader_attr(name: str, attr: str, default: str) -> str:
+    """An attribute of the loader module of ``name`` (``TITLE``, ``BUNDLED``), else ``default``."""
+    from fedwear.data import DATASETS  # the registry imports this module: look it up at call time
+
+    return str(getattr(DATASETS.get(name), attr, default))
+
+
+def bundled_root(name: str) -> Path | None:
+    """The folder of the subset of ``name`` shipped inside the package
+    (``fedwear/data/bundled/<name>/``, original layout), or None when there is none."""
+    if not name.isidentifier():
+        return None
+    folder = resources.files("fedwear.data") / "bundled" / name
+    return Path(str(folder)) if isinstance(folder, Path) and folder.is_dir() else None
+
+
+def bundled_summary(name: str) -> str | None:
+    """``"10 of 30 users, 9.3 MB"``-style description of the bundled subset, or None.
+
+    The subject part comes from the loader module's ``BUNDLED`` attribute (a short string), the
+    size from the files on disk."""
+    root = bundled_root(name)
+    if root is None:
+        return None
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    subjects = _loader_attr(name, "BUNDLED", "")
+    return f"{subjects}, {size / 1e6:.1f} MB" if subjects else f"{size / 1e6:.1f} MB"
+
+
 def require_root(cfg: DatasetConfig) -> Path:
-    """Return ``cfg.root`` as an existing folder, or raise a one-line error saying how to set it."""
+    """Return ``cfg.root`` as an existing folder.
+
+    When ``dataset.root`` is not set, a dataset with a bundled subset resolves to it (logged once
+    per process on the ``fedwear`` logger); any other dataset raises a one-line error saying how
+    to set the root or download the data."""
     if cfg.root is None:
-        raise ConfigError(
-            f"dataset.root is not set for dataset '{cfg.name}': "
-            f"set dataset.root=/path/to/{cfg.name} (see README 'Data')"
-        )
+        bundled = bundled_root(cfg.name)
+        if bundled is None:
+            raise ConfigError(
+                f"dataset.root is not set for dataset '{cfg.name}': "
+                f"set dataset.root=/path/to/{cfg.name}, or fetch it with "
+                f"'fedwear data download {cfg.name}' (see README 'Data')"
+            )
+        if cfg.name not in _ANNOUNCED:
+            _ANNOUNCED.add(cfg.name)
+            logging.getLogger("fedwear").warning(
+                "dataset.root not set: using the bundled %s subset (%s) shipped with fedwear; "
+                "set dataset.root=<folder> for the full dataset (fedwear data download %s)",
+                _loader_attr(cfg.name, "TITLE", cfg.name),
+                bundled_summary(cfg.name),
+                cfg.name,
+            )
+        return bundled
     root = Path(cfg.root).expanduser()
     if not root.is_dir():
         raise DataError(

@@ -5,6 +5,11 @@ Activity Recognition Using Smartphones", Neurocomputing 171 (2016) 754-767. Layo
 shared/data/README.md section 2. ``RawData/labels.txt`` rows are ``exp user activity start end``
 with 1-based inclusive sample indices at 50 Hz (the authors' MATLAB usage); samples outside every
 labelled segment are UNLABELLED.
+
+Data: UCI ML Repository, dataset 341 (CC BY 4.0),
+https://archive.ics.uci.edu/dataset/341/smartphone+based+recognition+of+human+activities+and+postural+transitions
+A subset of 10 users ships with fedwear in ``fedwear/data/bundled/uci_hapt/`` (see its NOTICE); it
+is used when ``dataset.root`` is not set. ``fedwear data download uci_hapt`` fetches the full set.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from fedwear.data.types import UNLABELLED, RawDataset, Recording
 from fedwear.errors import DataError
 
 NAME = "uci_hapt"
+TITLE = "UCI HAPT"
+BUNDLED = "10 of 30 users"  # users 1, 4, 7, ..., 28 in bundled/uci_hapt (see its NOTICE)
 DESCRIPTION = (
     "UCI HAPT raw: 30 users, 61 sessions, 6 activities + 6 transitions, waist phone, 50 Hz"
 )
@@ -105,7 +112,8 @@ def load(cfg: DatasetConfig) -> RawDataset:
     if not sig_files or label_path is None:
         raise DataError(
             f"no UCI HAPT files (RawData/acc_expXX_userYY.txt[.gz] and RawData/labels.txt) found "
-            f"under {root}: set dataset.root to the folder holding RawData/ (see README 'Data')"
+            f"under {root}: set dataset.root to the folder holding RawData/, or fetch it with "
+            f"'fedwear data download {NAME}' (see README 'Data')"
         )
     names = class_names(root)
     table = read_table(label_path, 5, np.int64)

@@ -5,6 +5,8 @@ Recognition Using Wearable Sensors", UbiComp SAGAware workshop, 2012. Layout and
 shared/data/README.md section 1. As in ProtoHAR's code (SPECS A2), the label comes from the file
 name ``a{act}t{trial}.mat`` (activity - 1), not from the ``activity_number`` field, which is
 misspelt in one file and wrong in another.
+
+Data: https://sipi.usc.edu/had/ (``fedwear data download usc_had`` fetches USC-HAD.zip).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fedwear.data.types import RawDataset, Recording
 from fedwear.errors import DataError
 
 NAME = "usc_had"
+TITLE = "USC-HAD"
 DESCRIPTION = "USC-HAD: 14 subjects, 12 daily activities, hip IMU (acc g, gyro dps), 100 Hz"
 RATE_HZ = 100.0
 CHANNELS = ["acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z"]
@@ -82,7 +85,8 @@ def load(cfg: DatasetConfig) -> RawDataset:
     if not files:
         raise DataError(
             f"no USC-HAD files (Subject*/a*t*.mat) found under {root}: set dataset.root to "
-            "the folder holding Subject1..Subject14 (see README 'Data')"
+            f"the folder holding Subject1..Subject14, or fetch it with 'fedwear data download {NAME}' "
+            "(see README 'Data')"
         )
     recs = []
     for path in files:

@@ -1,0 +1,464 @@
+"""Get a real dataset onto disk and check it: ``fedwear data download`` and ``fedwear data verify``.
+
+Each :class:`Source` names the official archive, the files the loader expects after unpacking
+(:class:`Expect`) and what is pinned. Two kinds of SHA-256 values are pinned:
+
+* **The archive.** UCI HAPT's static archive on the UCI ML Repository (dataset 341) is pinned to
+  SHA-256 ``4ac4ae06...3deb09`` and 79,596,192 bytes. fedwear did not compute this value (the
+  archive could not be fetched when it was recorded): it is the value pinned for that archive
+  in public code of three apparently unrelated projects, one of which also pins this URL and that
+  size. If UCI ever repacks the archive, the download stops with an error; the manual route
+  (unpack by hand, then ``fedwear data verify``) still checks every file. No published checksum
+  of USC-HAD.zip was found, so its archive hash is *unknown* (``None``) and its download is
+  checked file by file only.
+* **Every file the loader reads**, in ``fedwear/data/manifests/<name>.sha256`` (``sha256sum``
+  format, written by ``scripts/make_manifest.py`` with :func:`build_manifest`). The values were
+  computed from a reference copy of each dataset whose provenance is in :attr:`Source.reference`
+  and in the manifest header. For a file stored compressed as ``X.gz`` the hash is the one of the
+  decompressed ``X``, so ``X`` and ``X.gz`` are both accepted.
+
+A download streams the archive to a temporary folder next to the target, checks the archive hash
+when one is pinned, unpacks it (also when the dataset folder sits one level down or inside a zip
+inside the zip), verifies every file against the manifest and only then renames the folder into
+place, so a failed download never leaves a half-written dataset behind.
+
+Sources: UCI HAPT, J.-L. Reyes-Ortiz, L. Oneto, A. Samà, X. Parra, D. Anguita, Neurocomputing 171
+(2016) 754-767, https://archive.ics.uci.edu/dataset/341 (CC BY 4.0); USC-HAD, M. Zhang and
+A. A. Sawchuk, UbiComp SAGAware 2012, https://sipi.usc.edu/had/.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gzip
+import hashlib
+import http.client
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from fedwear.errors import DataError
+
+CHUNK = 1 << 20  # bytes per read while downloading and hashing
+TIMEOUT = 60.0  # seconds without data before a download is abandoned
+
+
+@dataclass(frozen=True)
+class Expect:
+    """``count`` files whose path under the dataset root, without a ``.gz`` suffix, matches the
+    glob ``pattern`` (``fnmatch`` rules, case-sensitive)."""
+
+    pattern: str
+    count: int
+    what: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a dataset comes from and what a complete copy holds."""
+
+    name: str
+    title: str
+    url: str
+    layout: tuple[Expect, ...]
+    marker: str  # a file (no .gz) whose folder is the dataset root inside the archive
+    where: str  # the folder to place by hand, in words
+    reference: str  # provenance of the copy the per-file manifest was computed from
+    archive_sha256: str | None = None  # None: unknown, the download is verified file by file
+    archive_bytes: int | None = None
+    archive_pin: str = ""  # where the archive hash comes from, or why there is none
+
+
+REGISTRY: dict[str, Source] = {
+    s.name: s
+    for s in (
+        Source(
+            name="uci_hapt",
+            title="UCI HAPT",
+            url="https://archive.ics.uci.edu/static/public/341/"
+            "smartphone+based+recognition+of+human+activities+and+postural+transitions.zip",
+            layout=(
+                Expect("RawData/acc_exp??_user??.txt", 61, "acc files"),
+                Expect("RawData/gyro_exp??_user??.txt", 61, "gyro files"),
+                Expect("RawData/labels.txt", 1, "labels.txt"),
+                Expect("activity_labels.txt", 1, "activity_labels.txt"),
+            ),
+            marker="RawData/labels.txt",
+            where="the folder that holds RawData/ (acc_expXX_userYY.txt, gyro_expXX_userYY.txt, "
+            "labels.txt) and activity_labels.txt",
+            reference="UCI HAPT v2.1 'HAPT Data Set/' folder as kept in the public repository "
+            "buissonvalentin/Projet-python-for-datascience at commit c1c276e1a1c3 (RawData "
+            "complete: 30 users, 61 experiments); not compared with the UCI archive itself",
+            archive_sha256="4ac4ae064227c07045a99551876b54d204837e995e298b6488559e209b3deb09",
+            archive_bytes=79_596_192,
+            archive_pin="the value pinned for this static UCI archive in public code of three "
+            "apparently unrelated projects; not computed by fedwear",
+        ),
+        Source(
+            name="usc_had",
+            title="USC-HAD",
+            url="https://sipi.usc.edu/had/USC-HAD.zip",
+            layout=(Expect("Subject*/a*t*.mat", 840, "trial files"),),
+            marker="Subject1/a1t1.mat",
+            where="the folder that holds Subject1/ .. Subject14/ (a{activity}t{trial}.mat files)",
+            reference="USC-HAD as kept in the public repository cwi-dis/mobile-har-tutorial at "
+            "commit 414b82e78dec (data/USC-HAD/); all 840 SHA-256 values equal those of the Git "
+            "LFS pointers of ader003/PRCIS at commit b252714def31 (USC-HAD/)",
+            archive_pin="no published SHA-256 of USC-HAD.zip was found",
+        ),
+    )
+}
+
+
+def source(name: str) -> Source:
+    """The registry entry of ``name``; DataError listing the downloadable datasets otherwise."""
+    if name not in REGISTRY:
+        raise DataError(
+            f"no download is known for dataset {name!r}; available: {', '.join(REGISTRY)}"
+        )
+    return REGISTRY[name]
+
+
+def default_root(name: str) -> Path:
+    """``<user data dir>/fedwear/<name>`` (``platformdirs.user_data_dir``)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("fedwear")) / name
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def logical_name(rel: str) -> str:
+    """The name a file stands for: ``X`` for ``X.gz``, else the name itself."""
+    return rel[:-3] if rel.endswith(".gz") else rel
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of the file's content, of the decompressed content for ``*.gz``."""
+    h = hashlib.sha256()
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def parse_manifest(text: str) -> dict[str, str]:
+    """``path -> sha256`` from ``sha256sum`` lines (``HASH  path``); ``#`` lines are comments."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        digest, rel = line.split(None, 1)
+        out[rel.strip().removeprefix("*")] = digest.lower()
+    return out
+
+
+def read_manifest(name: str) -> dict[str, str]:
+    """The per-file manifest shipped in ``fedwear/data/manifests/<name>.sha256``."""
+    res = resources.files("fedwear.data") / "manifests" / f"{name}.sha256"
+    if not res.is_file():
+        raise DataError(
+            f"the pinned manifest {res} is missing from this install: reinstall fedwear"
+        )
+    return parse_manifest(res.read_text(encoding="utf-8"))
+
+
+def scan(root: Path) -> dict[str, list[Path]]:
+    """Every file under ``root`` grouped by :func:`logical_name` of its relative POSIX path."""
+    files: dict[str, list[Path]] = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            files.setdefault(logical_name(p.relative_to(root).as_posix()), []).append(p)
+    return files
+
+
+def _in_layout(src: Source, key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, e.pattern) for e in src.layout)
+
+
+def build_manifest(src: Source, root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` that the layout of ``src`` covers (decompressed for
+    ``.gz``), keyed by the name without ``.gz``; DataError if the layout is incomplete."""
+    files = {k: v for k, v in scan(root).items() if _in_layout(src, k)}
+    for e in src.layout:
+        n = sum(fnmatch.fnmatchcase(k, e.pattern) for k in files)
+        if n != e.count:
+            raise DataError(f"{root}: {n} files match {e.pattern}, expected {e.count}")
+    return {k: file_sha256(paths[0]) for k, paths in sorted(files.items())}
+
+
+def format_manifest(src: Source, hashes: dict[str, str]) -> str:
+    """The text of ``manifests/<name>.sha256``: a commented header, then ``sha256sum`` lines."""
+    head = [
+        f"# SHA-256 of every {src.title} file that fedwear reads, by path under the dataset root.",
+        "# For a file kept compressed as X.gz the hash is the one of X (the decompressed content).",
+        f"# Reference copy: {src.reference}.",
+        f"# Written by scripts/make_manifest.py; checked by 'fedwear data verify {src.name}'.",
+    ]
+    return "\n".join(head + [f"{h}  {k}" for k, h in sorted(hashes.items())]) + "\n"
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset folder: the file (relative path), what and the fix."""
+
+    path: str
+    issue: str
+    fix: str
+
+
+@dataclass
+class Report:
+    """Result of :func:`verify`: counts per :class:`Expect`, files hashed, problems."""
+
+    counts: list[tuple[Expect, int]] = field(default_factory=list)
+    hashed: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        """``61 acc files, 61 gyro files, ...; 124 files match the pinned SHA-256``."""
+        parts = ", ".join(f"{n} {e.what}" if e.count > 1 else e.what for e, n in self.counts)
+        return f"{parts}; {self.hashed} files match the pinned SHA-256"
+
+
+MAX_LISTED = 10  # missing files named per layout entry; the rest are counted
+
+
+def verify(src: Source, root: Path, manifest: dict[str, str] | None = None) -> Report:
+    """Check ``root`` against the layout of ``src`` and the per-file manifest.
+
+    Counts come from ``src.layout``; every file the layout covers is hashed (its decompressed
+    content for ``X.gz``) and compared with ``manifest`` (default: the shipped one). A file the
+    layout covers but the manifest does not list is reported as not part of the dataset.
+    """
+    manifest = read_manifest(src.name) if manifest is None else manifest
+    files = scan(root)
+    report = Report()
+    again = f"restore it from the original archive (fedwear data download {src.name})"
+    for e in src.layout:
+        found = [k for k in files if fnmatch.fnmatchcase(k, e.pattern)]
+        report.counts.append((e, len(found)))
+        if len(found) >= e.count:
+            if len(found) > e.count:
+                report.problems.append(
+                    Problem(e.pattern, f"{len(found)} files, expected {e.count}",
+                            "remove the files that are not part of the dataset")
+                )  # fmt: skip
+            continue
+        missing = [
+            k for k in sorted(manifest) if fnmatch.fnmatchcase(k, e.pattern) and k not in files
+        ]
+        for k in missing[:MAX_LISTED]:
+            report.problems.append(Problem(f"{k}[.gz]", "missing", again))
+        if len(missing) > MAX_LISTED or not missing:
+            report.problems.append(
+                Problem(e.pattern, f"{len(found)} files, expected {e.count}", again)
+            )
+    for key, paths in files.items():
+        if not _in_layout(src, key) and key not in manifest:
+            continue
+        for p in paths:
+            rel = p.relative_to(root).as_posix()
+            want = manifest.get(key)
+            if want is None:
+                report.problems.append(
+                    Problem(
+                        rel, f"not part of {src.title} (not in the pinned manifest)", "remove it"
+                    )
+                )
+                continue
+            try:
+                got = file_sha256(p)
+            except (OSError, EOFError, zlib.error) as exc:
+                report.problems.append(Problem(rel, f"unreadable ({type(exc).__name__})", again))
+                continue
+            if got != want:
+                report.problems.append(
+                    Problem(
+                        rel, "SHA-256 differs from the pinned value (corrupt or modified)", again
+                    )
+                )
+            else:
+                report.hashed += 1
+    return report
+
+
+# --------------------------------------------------------------------------- download
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Where the dataset is, its verification report and whether it was just downloaded."""
+
+    root: Path
+    report: Report
+    fresh: bool
+
+
+def by_hand(src: Source, target: Path) -> str:
+    """The manual route (from the official URL), for error messages."""
+    return (
+        f"download {src.url} yourself, unpack it and move {src.where} to {target}, then run "
+        f"'fedwear data verify {src.name} --root {target}'"
+    )
+
+
+def fetch(url: str, dest: Path, label: str, quiet: bool = False) -> tuple[str, int]:
+    """Stream ``url`` into ``dest`` with a progress bar on stderr; returns (sha256, bytes).
+
+    Network and HTTP failures raise :class:`OSError`-family or ``http.client`` errors."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from fedwear.version import __version__
+
+    req = urllib.request.Request(url, headers={"User-Agent": f"fedwear/{__version__}"})
+    h, n = hashlib.sha256(), 0
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())  # fmt: skip
+    with (
+        urllib.request.urlopen(req, timeout=TIMEOUT) as resp,
+        dest.open("wb") as out,
+        Progress(*columns, console=Console(stderr=True), disable=quiet) as bar,
+    ):
+        length = resp.headers.get("Content-Length")
+        task = bar.add_task(label, total=int(length) if length and length.isdigit() else None)
+        while chunk := resp.read(CHUNK):
+            out.write(chunk)
+            h.update(chunk)
+            n += len(chunk)
+            bar.advance(task, len(chunk))
+    return h.hexdigest(), n
+
+
+def unzip(archive: Path, dest: Path) -> None:
+    """Extract ``archive`` into ``dest`` (``zipfile`` drops absolute and ``..`` member paths)."""
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(dest)
+
+
+def locate(src: Source, folder: Path, depth: int = 2) -> Path | None:
+    """The shallowest folder under ``folder`` holding ``src.marker`` (or ``.gz``). When there is
+    none, zips inside ``folder`` are unpacked next to themselves and searched, ``depth`` times."""
+    dirs = sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
+    for d in [folder, *dirs]:
+        if (d / src.marker).is_file() or (d / f"{src.marker}.gz").is_file():
+            return d
+    inner = sorted(p for p in folder.rglob("*.zip") if p.is_file())
+    if depth == 0 or not inner:
+        return None
+    for z in inner:
+        unzip(z, z.with_name(f"{z.stem}.unzipped"))
+        z.unlink()
+    return locate(src, folder, depth - 1)
+
+
+def download(
+    src: Source,
+    root: Path | None = None,
+    url: str | None = None,
+    quiet: bool = False,
+    manifest: dict[str, str] | None = None,
+) -> Installed:
+    """Download ``src`` into ``root`` (default :func:`default_root`) and verify it.
+
+    ``url`` overrides ``src.url`` (mirrors, tests). A ``root`` that already holds a copy passing
+    :func:`verify` is kept as it is (``fresh=False``). Every failure (network, HTTP, archive
+    hash, unreadable archive, layout or per-file hash) raises a one-line DataError that names the
+    URL or file and the manual route; nothing is left at ``root`` then.
+    """
+    url = url or src.url
+    target = (root if root is not None else default_root(src.name)).expanduser().absolute()
+    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        if target.is_dir():
+            report = verify(src, target, manifest)
+            if report.ok:
+                return Installed(target, report, fresh=False)
+        raise DataError(
+            f"{target} already exists and is not a complete {src.title} copy "
+            f"(check it with 'fedwear data verify {src.name} --root {target}'): "
+            "remove it or choose another --root"
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    except OSError as exc:
+        raise DataError(
+            f"cannot write to {target.parent} ({exc.strerror}): choose another --root"
+        ) from exc
+    try:
+        archive = staging / "archive.zip"
+        try:
+            digest, size = fetch(url, archive, f"{src.name}", quiet)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise DataError(
+                f"cannot download {url} ({_reason(exc)}); {by_hand(src, target)}"
+            ) from None
+        if src.archive_sha256 is not None and (
+            digest != src.archive_sha256 or (src.archive_bytes not in (None, size))
+        ):
+            raise DataError(
+                f"{url}: archive SHA-256 {digest[:16]}... ({size:,} bytes) differs from the pinned "
+                f"{src.archive_sha256[:16]}... ({src.archive_bytes or 0:,} bytes), so it was not "
+                f"unpacked; {by_hand(src, target)}"
+            )
+        unpacked = staging / "unpacked"
+        try:
+            unzip(archive, unpacked)
+            archive.unlink()
+            found = locate(src, unpacked)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error) as exc:
+            raise DataError(
+                f"{url} is not a readable zip archive ({_reason(exc)}); {by_hand(src, target)}"
+            ) from None
+        if found is None:
+            raise DataError(f"{url}: no {src.marker} in the archive; {by_hand(src, target)}")
+        report = verify(src, found, manifest)
+        if not report.ok:
+            first = report.problems[0]
+            more = (
+                f" (and {len(report.problems) - 1} more problems)"
+                if len(report.problems) > 1
+                else ""
+            )
+            raise DataError(
+                f"{url}: {first.path}: {first.issue}{more}; nothing was installed: try again, "
+                f"or {by_hand(src, target)}"
+            )
+        if target.exists():
+            target.rmdir()
+        os.replace(found, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Installed(target, report, fresh=True)
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason for a network or archive error."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
