@@ -109,6 +109,33 @@ def test_other_config_in_run_dir_is_refused(cfg_file, tmp_path):
     assert (out / "metrics.csv").read_bytes() == before
 
 
+def test_model_too_deep_for_the_window(cfg_file, tmp_path):
+    res = fedwear("run", str(cfg_file), "--set", "model.name=harcnn", "--set", "model.options={}",
+                  "--out", str(tmp_path / "r"))
+    assert_one_line_error(res, "model.name=harcnn cannot take windows of 32 samples", "dataset.window")
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_naming_an_existing_file(cfg_file, tmp_path):
+    (tmp_path / "f").write_text("keep")
+    assert_one_line_error(fedwear("run", str(cfg_file), "--out", str(tmp_path / "f")), "is a file")
+    assert (tmp_path / "f").read_text() == "keep"
+
+
+def test_seeds_that_are_not_integers(cfg_file, tmp_path):
+    res = fedwear("compare", str(cfg_file), "--methods", "fedavg", "--seeds", "0,x", "--out", str(tmp_path / "c"))
+    assert_one_line_error(res, "--seeds", "'0,x'")
+
+
+def test_existing_run_needs_resume_or_overwrite(cfg_file, tmp_path):
+    out = tmp_path / "run"
+    assert fedwear("run", str(cfg_file), "--out", str(out), "--quiet").returncode == 0
+    assert_one_line_error(fedwear("run", str(cfg_file), "--out", str(out), "--quiet"), "--resume", "--overwrite")
+    res = fedwear("run", str(cfg_file), "--out", str(out), "--quiet", "--overwrite", "--set", "seed=4")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((out / "summary.json").read_text())["seed"] == 4
+
+
 def test_methods_and_data_list():
     res = fedwear("methods")
     assert res.returncode == 0 and "fedprox.mu" in res.stdout and "centralized" in res.stdout
@@ -131,3 +158,36 @@ def test_compare_writes_table(cfg_file, tmp_path):
     assert "| fedavg |" in md and "| local |" in md and "±" in md
     assert (tmp_path / "cmp" / "table.csv").exists()
     assert (tmp_path / "cmp" / "local-s1" / "summary.json").exists()
+
+
+def test_compare_reuses_finished_runs_and_resumes_unfinished_ones(cfg_file, tmp_path):
+    root = tmp_path / "cmp"
+    args = ["compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0", "--out", str(root), "--quiet"]
+    assert fedwear(*args).returncode == 0
+    table = (root / "table.md").read_text()
+    finished = (root / "fedavg-s0" / "timing.csv").stat().st_mtime_ns
+    # local's run interrupted after round 2, as a kill would leave it
+    from fedwear.api import run
+    from fedwear.config import load_config
+    from tests.test_run import Interrupt
+
+    cut = root / "local-s0"
+    with pytest.raises(KeyboardInterrupt):
+        run(load_config(cfg_file, ["method=local", "seed=0"]), cut, overwrite=True, callbacks=[Interrupt(2)])
+    assert not (cut / "summary.json").exists()
+    res = fedwear(*args)
+    assert res.returncode == 0, res.stderr
+    assert (root / "fedavg-s0" / "timing.csv").stat().st_mtime_ns == finished  # reused, not retrained
+    assert "resume after round" in (cut / "run.log").read_text()
+    assert (root / "table.md").read_text() == table
+
+
+def test_compare_in_parallel_equals_serial(cfg_file, tmp_path):
+    base = ["compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
+    assert fedwear(*base, "--out", str(tmp_path / "serial")).returncode == 0
+    res = fedwear(*base, "--out", str(tmp_path / "par"), "--jobs", "2")
+    assert res.returncode == 0, res.stderr
+    assert "[4/4] done" in res.stderr
+    for run in ("fedavg-s0", "local-s1"):
+        a = (tmp_path / "serial" / run / "metrics.csv").read_bytes()
+        assert a == (tmp_path / "par" / run / "metrics.csv").read_bytes()

@@ -55,3 +55,39 @@ def test_missing_config_file(tmp_path):
 def test_set_requires_key_value():
     with pytest.raises(ConfigError, match="key=value"):
         load_config(data={}, overrides=["rounds"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"model.options.width": 0}, "model.options.width"),
+        ({"model.options.div": 3}, "options of cnn: width"),
+        ({"model.name": "harcnn", "model.options.down": "[0, 2]"}, "model.options.down"),
+        ({"evaluation.views": "[]"}, "'evaluation.views'"),
+        ({"method": "local", "privacy.dp": "central"}, "privacy.dp needs a method whose server averages"),
+        ({"method": "local", "engine": "flower-sim", "flower.secagg.enabled": True}, "flower.secagg.enabled needs a method"),
+        ({"flower.secagg.enabled": True}, "engine=flower-sim"),
+        ({"evaluation.targets": "{global.loss: 1}"}, "evaluation.targets"),
+    ],
+)
+def test_inconsistent_values_name_the_key(overrides, expected):
+    with pytest.raises(ConfigError) as e:
+        tiny_config(**overrides)
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_error_in_a_set_value_blames_the_set_not_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("rounds: 5\nevaluation:\n  every: 1\n")
+    with pytest.raises(ConfigError, match=r"^--set rounds=abc: key 'rounds'"):
+        load_config(path, ["rounds=abc"])
+    with pytest.raises(ConfigError, match=r"^--set evaluation.every=0: key 'evaluation.every'"):
+        load_config(path, ["evaluation.every=0"])
+    path.write_text("rounds: -2\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: key 'rounds'"):
+        load_config(path, ["seed=3"])
+
+
+def test_secure_aggregation_allowed_for_averaging_methods():
+    cfg = tiny_config(engine="flower-sim", **{"flower.secagg.enabled": True})
+    assert cfg.flower.secagg.enabled

@@ -181,6 +181,13 @@ def test_no_split_leakage(split: str, partition: str, stride: int) -> None:
         assert not intervals_overlap(c.train, c.test, 32)
         assert not intervals_overlap(c.train, c.val, 32)
         assert not intervals_overlap(c.val, c.test, 32)
+    # across the federation: no window of one client overlaps any window of another
+    for a in all_clients(fd):
+        for b in all_clients(fd):
+            if a.client_id < b.client_id:
+                for sa in (a.train, a.val, a.test):
+                    for sb in (b.train, b.val, b.test):
+                        assert not intervals_overlap(sa, sb, 32), (a.client_id, b.client_id)
     if split != "stratified" or stride == 32:
         assert all(len(c.test) > 0 for c in all_clients(fd))
     # the time split's gap makes purging a no-op; random splits of overlapping windows lose
@@ -222,8 +229,8 @@ def test_fewshot_counts() -> None:
 
 def test_dirichlet_assigns_each_window_once() -> None:
     y = np.repeat(np.arange(5), 40)
-    w = Windows(np.zeros((200, 4, 1), np.float32), y, np.zeros(200, np.int64), np.arange(200))
-    part = dirichlet(w, 7, 0.3, np.random.default_rng(0))
+    w = Windows(np.zeros((200, 4, 1), np.float32), y, np.zeros(200, np.int64), 4 * np.arange(200))
+    part = dirichlet(w, 7, 0.3, np.random.default_rng(0), window=4)
     allidx = np.concatenate([i for _, i in part])
     assert len(part) == 7 and np.array_equal(np.sort(allidx), np.arange(200))
     sizes = [len(i) for _, i in part]

@@ -108,24 +108,22 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
 
 
 def test_bytes_are_the_sum_of_message_arrays(tmp_path):
+    # SmallCNN(width=8) on 3 channels and 3 classes, counted by hand: conv1 8*3*5 + 8, conv2
+    # 16*8*5 + 16, head 16*3 + 3 = 835 float32 parameters (no buffers).
+    model_bytes = 4 * (8 * 3 * 5 + 8 + 16 * 8 * 5 + 16 + 16 * 3 + 3)
     cfg = tiny_config()
     res = fedwear.run(cfg, tmp_path / "a")
-    model = FedAvg(*_task(cfg)).model
-    model_bytes = sum(v.numel() * v.element_size() for v in model.state_dict().values())
     rounds = pd.read_csv(res.out_dir / "rounds.csv")
-    assert (rounds["bytes_down"] == 3 * model_bytes).all()
+    assert (rounds["bytes_down"] == 3 * model_bytes).all()  # 3 clients per round
     assert (rounds["bytes_up"] == 3 * model_bytes).all()
     assert res.summary["bytes_up"] == cfg.rounds * 3 * model_bytes
+    # evaluation: 6 training + 2 new clients each get their message and the global model; they
+    # reply 4 numbers (n, accuracy, macro_f1, auc) per row: 3 views x 6 clients + 2 new-client rows
+    assert (rounds["eval_bytes_down"] == 8 * 2 * model_bytes).all()
+    assert (rounds["eval_bytes_up"] == (3 * 6 + 2) * 4 * 8).all()
+    assert res.summary["eval_bytes_down"] == cfg.rounds * 8 * 2 * model_bytes
     local = fedwear.run(tiny_config(method="local"), tmp_path / "b").summary
-    assert local["bytes_up"] == local["bytes_down"] == 0
-
-
-def _task(cfg):
-    from fedwear.data import load_federated
-    from fedwear.methods import Task, parse_options
-
-    d = load_federated(cfg.dataset, cfg.seed)
-    return Task(cfg, d.window, len(d.channels), d.num_classes), parse_options(cfg.method, None)
+    assert local["bytes_up"] == local["bytes_down"] == local["eval_bytes_down"] == 0
 
 
 def test_fedprox_with_mu_zero_is_fedavg(tmp_path):
@@ -176,10 +174,16 @@ def test_malformed_replies_are_left_out(tmp_path, monkeypatch):
 
 
 def test_new_clients_adapt_with_local(tmp_path):
-    m = fedwear.run(tiny_config(method="local"), tmp_path).metrics
-    assert (
-        set(m[m["view"] == "new_clients"]["client"]) and len(m[m["view"] == "new_clients"]) == 2 * 3
-    )
+    """Local's new clients train their own model for evaluation.adapt_epochs: with 0 epochs they
+    keep the initial weights (chance level), with a budget they learn."""
+    def new_client_rows(epochs, where):
+        m = fedwear.run(tiny_config(method="local", **{"evaluation.adapt_epochs": epochs}), tmp_path / where).metrics
+        return m[m["view"] == "new_clients"].reset_index(drop=True)
+
+    untrained, adapted = new_client_rows(0, "e0"), new_client_rows(4, "e4")
+    assert len(adapted) == 2 * 3  # 2 new clients x 3 rounds
+    assert adapted["accuracy"].mean() > untrained["accuracy"].mean() + 0.2
+    assert untrained["accuracy"].mean() < 0.6  # 3 balanced classes: near chance without training
 
 
 def test_best_round_selected_on_validation_split(tmp_path):

@@ -10,22 +10,18 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedwear.callbacks import (
-    CHECKPOINT,
-    Checkpointer,
-    CsvSink,
-    EarlyStopping,
-    Progress,
-    load_checkpoint,
-)
-from fedwear.config import RunConfig, dump_config, load_config
+from fedwear import rundir
+from fedwear.callbacks import Checkpointer, CsvSink, EarlyStopping, Progress, RunLog
+from fedwear.config import RunConfig, check_consistency, dump_config, load_config
 from fedwear.data import load_federated
+from fedwear.data.types import FederatedData
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
 from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
 from fedwear.methods import Task, build_method
 from fedwear.version import __version__
 
+log = logging.getLogger("fedwear")
 
 @dataclass
 class Result:
@@ -43,6 +39,7 @@ def default_out_dir(cfg: RunConfig) -> Path:
 
 def as_config(config: RunConfig | str | Path | dict) -> RunConfig:
     if isinstance(config, RunConfig):
+        check_consistency(config)
         return config
     return load_config(data=config) if isinstance(config, dict) else load_config(config)
 
@@ -53,76 +50,97 @@ def run(
     resume: bool = False,
     quiet: bool = True,
     callbacks: list[Callback] | None = None,
+    overwrite: bool = False,
 ) -> Result:
-    """Run one experiment and write its run directory (config.yaml, metrics.csv, summary.json...)."""
+    """Run one experiment and write its run directory (config.yaml, metrics.csv, summary.json...).
+
+    A folder that already holds a run is refused unless ``resume`` (continue it from its
+    checkpoint, or reuse it when it finished) or ``overwrite`` (replace it); see
+    :mod:`fedwear.rundir`.
+    """
     cfg = as_config(config)
     if cfg.engine == "flower":
         raise FedwearError("engine=flower is a deployment: start it with `fedwear flower serve` (see docs/deployment.md)")
-    if cfg.flower.secagg.enabled and cfg.engine == "sim":
-        raise FedwearError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
-    ckpt = _check_out_dir(cfg, out, resume)
+    plan = rundir.plan(cfg, out, resume, overwrite)
+    if plan.finished is not None:
+        return Result(out, plan.finished)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    # Load (and validate) the data before anything is written, so a bad input loses nothing.
+    # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
     method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
     roster = Roster.of(method, data)
-    restore = (ckpt["round"], ckpt["server"], ckpt["clients"]) if ckpt is not None else None
-    cbs = _start_out_dir(cfg, out, quiet, callbacks)
-    if cfg.engine == "flower-sim":
-        from fedwear.engines.flower import run_simulation
+    cbs = _start_out_dir(cfg, out, quiet, callbacks, fresh=plan.checkpoint is None)
+    try:
+        log_data(data)
+        if cfg.engine == "flower-sim":
+            from fedwear.engines.flower import run_simulation
 
-        run_simulation(cfg, method, roster, cbs, restore)
-    else:
-        executor = SimExecutor(method, method.training_clients(data), data.clients, data.new_clients,
-                               pooled_test(data), cfg)
-        runner = Runner(cfg, method, roster, executor, cbs)
-        if restore is not None:
-            runner.restore(*restore)
-        runner.run()
-    return _finish(cfg, out, roster)
+            run_simulation(cfg, method, roster, cbs, plan.checkpoint)
+        else:
+            executor = SimExecutor(method, method.training_clients(data), data.clients, data.new_clients,
+                                   pooled_test(data), cfg)
+            runner = Runner(cfg, method, roster, executor, cbs)
+            if plan.checkpoint is not None:
+                runner.restore(plan.checkpoint)
+            runner.run()
+        return _finish(cfg, out, roster)
+    finally:
+        _detach_log()
 
 
 def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int | None = None,
-          quiet: bool = True) -> Result:
+          quiet: bool = True, overwrite: bool = False) -> Result:
     """Run as a Flower ServerApp against ``grid`` (deployment): the server holds no data."""
     from fedwear.engines.flower import GridExecutor, roster_from_nodes
 
     cfg = as_config(config).model_copy(update={"engine": "flower"})
     out = Path(out_dir)
-    _check_out_dir(cfg, out, resume=False)
+    rundir.plan(cfg, out, resume=False, overwrite=overwrite)
     executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
     roster = roster_from_nodes(executor.info)
     method = build_method(roster.task(cfg))
-    cbs = _start_out_dir(cfg, out, quiet, None)
-    Runner(cfg, method, roster, executor, cbs).run()
-    result = _finish(cfg, out, roster)
+    cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
+    try:
+        log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),
+                 len(roster.new_clients), ", ".join(roster.new_clients))
+        Runner(cfg, method, roster, executor, cbs).run()
+        result = _finish(cfg, out, roster)
+    finally:
+        _detach_log()
     result.summary["flower_bytes"] = {"down": executor.bytes_down, "up": executor.bytes_up}
     (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
     return result
 
 
-def _check_out_dir(cfg: RunConfig, out: Path, resume: bool) -> dict | None:
-    previous_cfg = out / "config.yaml"
-    if previous_cfg.exists() and previous_cfg.read_text() != dump_config(cfg):
-        raise FedwearError(
-            f"{out} holds a run with a different config; pass --out with a new folder "
-            "(or the same config to redo or --resume it)"
-        )
-    return load_checkpoint(out / CHECKPOINT) if resume and (out / CHECKPOINT).exists() else None
-
-
-def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callback] | None) -> list[Callback]:
+def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callback] | None,
+                   fresh: bool) -> list[Callback]:
     out.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        rundir.clear(out)
     _attach_log(out)
     (out / "config.yaml").write_text(dump_config(cfg))
-    cbs: list[Callback] = [CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
+    cbs: list[Callback] = [RunLog(), CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
     if cfg.evaluation.patience:
         cbs.insert(0, EarlyStopping(cfg.evaluation.best_metric, cfg.evaluation.patience))
     if not quiet:
         cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}"))
     return cbs
+
+
+def log_data(data: FederatedData) -> None:
+    """The data summary of run.log: dataset, rate, window, and every client's split sizes."""
+    log.info("data: %s, %g Hz, window %d, %d classes (%s); %d training clients, %d new; %s",
+             data.name, data.rate_hz, data.window, data.num_classes, ", ".join(data.class_names),
+             len(data.clients), len(data.new_clients),
+             ", ".join(f"{k}={v}" for k, v in data.info.items() if k in ("root", "seed", "purged_windows")))
+    new = {c.client_id for c in data.new_clients}
+    for c in data.clients + data.new_clients:
+        role = "new" if c.client_id in new else "train"
+        classes = sorted({int(v) for v in c.train.y})
+        log.info("client %s (%s): %d train, %d val, %d test windows; train classes %s", c.client_id, role,
+                 len(c.train), len(c.val), len(c.test), classes)
 
 
 def _finish(cfg: RunConfig, out: Path, roster: Roster) -> Result:
@@ -144,12 +162,17 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster) -> Result:
 
 
 def _attach_log(out: Path) -> None:
-    log = logging.getLogger("fedwear")
+    """run.log gets every INFO line of the ``fedwear`` logger until :func:`_detach_log`."""
+    _detach_log()
     log.setLevel(logging.INFO)
-    for h in list(log.handlers):
-        if getattr(h, "_fedwear_run", False):
-            log.removeHandler(h)
     h = logging.FileHandler(out / "run.log")
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     h._fedwear_run = True  # type: ignore[attr-defined]
     log.addHandler(h)
+
+
+def _detach_log() -> None:
+    for h in list(log.handlers):
+        if getattr(h, "_fedwear_run", False):
+            log.removeHandler(h)
+            h.close()

@@ -1,8 +1,13 @@
-"""Callbacks on the round loop: CSV sinks, checkpoints, progress bar, early stopping."""
+"""Callbacks on the round loop: CSV sinks, checkpoints, the run log, progress bar, early stopping.
+
+A callback with state that a resumed run needs (early stopping's counters) implements
+``state_dict()`` / ``load_state_dict(d)``; the checkpoint stores it next to the method's states.
+"""
 
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import pickle
 import time
@@ -13,11 +18,12 @@ import numpy as np
 from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import summarize
-from fedwear.methods.api import Record
 
 METRIC_COLUMNS = ["round", "client", "view", "split", "n", "accuracy", "macro_f1", "auc"]
-ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "train_loss"]
+ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
+                 "train_loss", "eval_bytes_down", "eval_bytes_up"]
 CHECKPOINT = "checkpoint.pkl"
+log = logging.getLogger("fedwear")
 
 
 def _fmt(v: object) -> str:
@@ -70,35 +76,73 @@ class CsvSink(Callback):
             "round": info.round, "n_clients": len(info.clients), "clients": ";".join(info.clients),
             "bytes_down": info.bytes_down, "bytes_up": info.bytes_up,
             "dropped": ";".join(f"{c}:{why}" for c, why in info.dropped.items()),
-            "train_loss": info.train_loss,
+            "aggregated": int(info.aggregated), "train_loss": info.train_loss,
+            "eval_bytes_down": info.eval_bytes_down, "eval_bytes_up": info.eval_bytes_up,
         }])
         self.timing.append([{"round": info.round, "wall_s": info.wall_s}])
 
 
 class Checkpointer(Callback):
-    """Saves server state and client states every ``every`` rounds (atomically) for --resume."""
+    """Saves server state, client states and callback states every ``every`` rounds (atomically),
+    tagged with the config hash so that ``--resume`` only continues the run it belongs to."""
 
     def __init__(self, out: Path, every: int) -> None:
         self.path, self.every = out / CHECKPOINT, every
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         if self.every and (info.round % self.every == 0 or info.round == runner.cfg.rounds or runner.stop):
-            save_checkpoint(self.path, info.round, runner.server, runner.executor.client_states())
+            callbacks = {type(cb).__name__: cb.state_dict() for cb in runner.callbacks if hasattr(cb, "state_dict")}
+            save_checkpoint(self.path, {
+                "config_hash": runner.cfg.hash(), "round": info.round, "server": runner.server,
+                "clients": runner.executor.client_states(), "callbacks": callbacks,
+            })
 
 
-def save_checkpoint(path: Path, round: int, server: Record, states: dict[str, Record]) -> None:
+def save_checkpoint(path: Path, checkpoint: dict) -> None:
     tmp = path.with_suffix(".tmp")
     with tmp.open("wb") as f:
-        pickle.dump({"round": round, "server": server, "clients": states}, f, protocol=5)
+        pickle.dump(checkpoint, f, protocol=5)
     os.replace(tmp, path)
 
 
 def load_checkpoint(path: Path) -> dict:
     try:
         with path.open("rb") as f:
-            return pickle.load(f)
+            ckpt = pickle.load(f)
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
-        raise FedwearError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to restart the run") from None
+        raise FedwearError(f"{path}: unreadable checkpoint ({type(e).__name__}); rerun with --overwrite") from None
+    if not isinstance(ckpt, dict) or "config_hash" not in ckpt:
+        raise FedwearError(f"{path}: not a checkpoint of this fedwear version; rerun with --overwrite")
+    return ckpt
+
+
+class RunLog(Callback):
+    """The run's story in run.log (INFO): start, every round's clients, loss and time, the
+    headline metrics of each evaluated round, failed rounds, the end."""
+
+    def on_start(self, runner: Runner) -> None:
+        cfg = runner.cfg
+        where = "start" if runner.start_round == 1 else f"resume after round {runner.start_round - 1}"
+        log.info("%s: method=%s dataset=%s engine=%s rounds=%d seed=%d config_hash=%s", where, cfg.method,
+                 cfg.dataset.name, cfg.engine, cfg.rounds, cfg.seed, cfg.hash())
+
+    def on_round(self, runner: Runner, info: RoundInfo) -> None:
+        log.info("round %d/%d: %d clients, train loss %.4f, %d B down, %d B up, %.2f s%s", info.round,
+                 runner.cfg.rounds, len(info.clients), info.train_loss, info.bytes_down, info.bytes_up,
+                 info.wall_s, "" if info.aggregated else ", NOT aggregated")
+        heads = []
+        for view in ("personalized", "generalization", "global", "new_clients"):
+            rows = [r for r in info.rows if r["view"] == view and r["split"] == "test"]
+            if rows:
+                n = np.array([r["n"] for r in rows])
+                acc = summarize(np.array([r["accuracy"] for r in rows]), n)["weighted"]
+                f1 = summarize(np.array([r["macro_f1"] for r in rows]), n)["weighted"]
+                heads.append(f"{view} acc {acc:.4f} f1 {f1:.4f}")
+        if heads:
+            log.info("round %d evaluation (test, weighted over clients): %s", info.round, "; ".join(heads))
+
+    def on_end(self, runner: Runner) -> None:
+        log.info("end: %s", "stopped early" if runner.stop else "finished")
 
 
 class EarlyStopping(Callback):
@@ -118,6 +162,12 @@ class EarlyStopping(Callback):
         else:
             self.bad += 1
             runner.stop = self.bad >= self.patience
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.bad = state["best"], state["bad"]
 
 
 class Progress(Callback):

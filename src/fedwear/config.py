@@ -28,7 +28,9 @@ class Strict(BaseModel):
 
 class ModelConfig(Strict):
     name: str = Field("cnn", description="harcnn (ProtoHAR's CNN) or cnn (small 1-D CNN)")
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="options of the chosen model (checked per model; see docs/config.md)"
+    )
 
 
 class OptimizerConfig(Strict):
@@ -41,7 +43,9 @@ class OptimizerConfig(Strict):
 
 class EvaluationConfig(Strict):
     every: int = Field(1, ge=1, description="evaluate every N rounds (and always after the last)")
-    views: list[Literal["personalized", "generalization", "global", "new_clients"]] = list(VIEWS)
+    views: list[Literal["personalized", "generalization", "global", "new_clients"]] = Field(
+        list(VIEWS), min_length=1, description="views to evaluate (at least one)"
+    )
     auc: Literal["macro_ovr", "micro_logits"] = Field(
         "macro_ovr",
         description="macro one-vs-rest on softmax probabilities, or ProtoHAR's micro AUC on raw logits",
@@ -173,8 +177,20 @@ def _describe(err: dict, source: str) -> str:
     return f"{source}: key {key!r}: {err['msg']} (got {err.get('input')!r})"
 
 
+def _source_of(loc: tuple, overrides: list[tuple[str, Any]], path: str | Path | None) -> str:
+    """Who set the offending key: the ``--set`` item that covers it, else the file (or 'config')."""
+    key = ".".join(str(p) for p in loc)
+    for k, v in reversed(overrides):
+        if key == k or key.startswith(k + ".") or k.startswith(key + "."):
+            return f"--set {k}={v}"
+    return str(path) if path else "config"
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, data: dict | None = None) -> RunConfig:
-    """Load a YAML config (or a dict), apply ``key=value`` overrides, validate."""
+    """Load a YAML config (or a dict), apply ``key=value`` overrides, validate.
+
+    Every mistake is a one-line :class:`ConfigError` naming the key and where it was set.
+    """
     source = str(path) if path else "config"
     tree: dict = dict(data or {})
     if path is not None:
@@ -187,25 +203,57 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
         if not isinstance(tree, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys")
-    for key, value in parse_overrides(overrides or []):
+    sets = parse_overrides(overrides or [])
+    for key, value in sets:
         _set_path(tree, key, value)
     try:
         cfg = RunConfig.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError(_describe(e.errors()[0], source)) from None
-    from fedwear.methods import parse_options  # late import: methods import config types
+        err = e.errors()[0]
+        raise ConfigError(_describe(err, _source_of(err["loc"], sets, path))) from None
+    try:
+        check_consistency(cfg)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return cfg
+
+
+def check_consistency(cfg: RunConfig) -> None:
+    """Checks across keys: method and model options, best_metric, privacy for the method."""
+    from fedwear.methods import method_class, parse_options
+    from fedwear.models import parse_model_options
 
     for name in {cfg.method, *cfg.method_options}:
         parse_options(name, cfg.method_options.get(name))
+    parse_model_options(cfg.model.name, cfg.model.options)
     view, _, metric = cfg.evaluation.best_metric.partition(".")
     if view not in VIEWS or metric not in METRICS:
         raise ConfigError(
-            f"{source}: key 'evaluation.best_metric': {cfg.evaluation.best_metric!r} is not view.metric "
+            f"key 'evaluation.best_metric': {cfg.evaluation.best_metric!r} is not view.metric "
             f"(views {', '.join(VIEWS)}; metrics {', '.join(METRICS)})"
         )
     if cfg.evaluation.best_split == "val" and cfg.dataset.val_fraction == 0:
-        raise ConfigError(f"{source}: evaluation.best_split=val needs dataset.val_fraction > 0")
-    return cfg
+        raise ConfigError("evaluation.best_split=val needs dataset.val_fraction > 0")
+    for target in cfg.evaluation.targets:
+        tv, _, tm = target.partition(".")
+        if tv not in VIEWS or tm not in METRICS:
+            raise ConfigError(f"key 'evaluation.targets': {target!r} is not view.metric")
+    private = [k for k, on in (("flower.secagg.enabled", cfg.flower.secagg.enabled),
+                               ("privacy.dp", cfg.privacy.dp != "none")) if on]
+    if private and not method_class(cfg.method).mean_aggregation:
+        means = sorted(n for n, c in _methods().items() if c.mean_aggregation)
+        raise ConfigError(
+            f"{private[0]} needs a method whose server averages client arrays "
+            f"({', '.join(means)}); method={cfg.method} does not"
+        )
+    if cfg.flower.secagg.enabled and cfg.engine == "sim":
+        raise ConfigError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
+
+
+def _methods() -> dict:
+    from fedwear.methods import METHODS
+
+    return METHODS
 
 
 def dump_config(cfg: RunConfig) -> str:

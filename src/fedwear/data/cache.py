@@ -14,6 +14,8 @@ import pickle
 import tempfile
 from pathlib import Path
 
+import platformdirs
+
 from fedwear.data.config import DatasetConfig
 from fedwear.data.types import FederatedData
 
@@ -37,11 +39,20 @@ def cache_key(cfg: DatasetConfig, seed: int, files: list[Path], root: Path | Non
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def cache_dir(setting: str | None) -> Path | None:
+    """The cache folder for ``dataset.cache_dir``: ``"user"`` is the user's cache directory
+    (``platformdirs.user_cache_dir("fedwear")``, so runs never write into the working tree)."""
+    if setting is None:
+        return None
+    if setting == "user":
+        return Path(platformdirs.user_cache_dir("fedwear")) / "processed"
+    return Path(setting).expanduser()
+
+
 def cache_path(cfg: DatasetConfig, key: str) -> Path | None:
     """Where the entry for ``key`` lives, or None when caching is disabled."""
-    if cfg.cache_dir is None:
-        return None
-    return Path(cfg.cache_dir).expanduser() / f"{cfg.name}-{key[:24]}.pkl"
+    folder = cache_dir(cfg.cache_dir)
+    return None if folder is None else folder / f"{cfg.name}-{key[:24]}.pkl"
 
 
 def load(path: Path | None) -> FederatedData | None:

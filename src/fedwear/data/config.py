@@ -34,7 +34,9 @@ class DatasetConfig(Strict):
         None, description="seed for splits and partitions; null = the run seed"
     )
     cache_dir: str | None = Field(
-        ".cache/fedwear", description="processed-data cache; null disables"
+        "user",
+        description="processed-data cache folder; 'user': the user's cache directory "
+        "(platformdirs, e.g. ~/.cache/fedwear on Linux); null disables",
     )
 
     # preprocessing

@@ -6,8 +6,9 @@ Order (fixed): partition -> label skew -> per-client split -> ``min_windows`` ->
 * ``natural``: one client per subject (the usual HAR FL setting, e.g. ProtoHAR, SPECS A2).
 * ``dirichlet``: per class, windows are shared over ``num_clients`` clients with
   Dirichlet(alpha) proportions (Hsu, Qi and Brown, "Measuring the effects of non-identical data
-  distribution for federated visual classification", 2019). Windows keep their recording/start,
-  so the later per-client split is still leak-free.
+  distribution for federated visual classification", 2019), in groups of overlapping windows so
+  that no two clients hold overlapping windows. Windows keep their recording/start, so the later
+  per-client split is still leak-free.
 * ``drop_classes``: label skew, each client loses ``k`` of its classes at random, keeping at
   least one; labels are not remapped (ProtoHAR's ``stdv``, SPECS A2 step 1).
 """
@@ -52,18 +53,36 @@ def natural(w: Windows, recordings: list[Recording]) -> Part:
     return [(client_id(s), np.flatnonzero(np.isin(w.recording, by_rec[s]))) for s in names]
 
 
-def dirichlet(w: Windows, num_clients: int, alpha: float, rng: np.random.Generator) -> Part:
-    """Every window assigned to exactly one of ``num_clients`` clients, per class by Dirichlet
-    proportions."""
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+def overlap_groups(w: Windows, window: int) -> np.ndarray:
+    """Group id per window: windows of one recording that overlap (directly or through a chain
+    of overlapping windows) share a group. With ``stride >= window`` every window is its own."""
+    order = np.lexsort((w.start, w.recording))
+    rec, start = w.recording[order], w.start[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (rec[1:] != rec[:-1]) | (start[1:] >= start[:-1] + window)
+    groups = np.empty(len(order), np.int64)
+    groups[order] = np.cumsum(new) - 1
+    return groups
+
+
+def dirichlet(w: Windows, num_clients: int, alpha: float, rng: np.random.Generator, window: int) -> Part:
+    """Per class, groups of overlapping windows (:func:`overlap_groups`) go to ``num_clients``
+    clients in Dirichlet(alpha) proportions of their window counts. A group never straddles two
+    clients, so no window of one client overlaps a window of another (no leakage across clients
+    when ``stride < window``); every window is assigned exactly once."""
+    groups = overlap_groups(w, window)
+    owner = np.empty(len(w), np.int64)
     for c in np.unique(w.y):
-        idx = rng.permutation(np.flatnonzero(w.y == c))
+        ids, sizes = np.unique(groups[w.y == c], return_counts=True)
+        perm = rng.permutation(len(ids))
         props = rng.dirichlet(np.full(num_clients, alpha))
-        cuts = np.minimum((np.cumsum(props)[:-1] * len(idx)).astype(np.int64), len(idx))
-        for k, chunk in enumerate(np.split(idx, cuts)):
-            parts[k].append(chunk)
+        mid = (np.cumsum(sizes[perm]) - sizes[perm] / 2) / sizes.sum()  # each group's centre
+        client = np.minimum(np.searchsorted(np.cumsum(props), mid, side="right"), num_clients - 1)
+        owner_of_group = dict(zip(ids[perm].tolist(), client.tolist(), strict=True))
+        members = np.flatnonzero(w.y == c)
+        owner[members] = [owner_of_group[g] for g in groups[members].tolist()]
     width = max(2, len(str(num_clients - 1)))
-    return [(f"c{k:0{width}d}", np.sort(np.concatenate(p))) for k, p in enumerate(parts)]
+    return [(f"c{k:0{width}d}", np.flatnonzero(owner == k)) for k in range(num_clients)]
 
 
 def drop_classes(y: np.ndarray, idx: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -124,7 +143,7 @@ def assemble(
         n = cfg.num_clients or len({r.subject for r in recordings})
         if n < 2:
             raise ConfigError("dataset.num_clients: dirichlet needs at least 2 clients; set it")
-        part = dirichlet(w, n, cfg.dirichlet_alpha, rng_for(seed, _DIRICHLET))
+        part = dirichlet(w, n, cfg.dirichlet_alpha, rng_for(seed, _DIRICHLET), cfg.window)
     if cfg.drop_classes:
         k = cfg.drop_classes
         part = [(c, drop_classes(w.y, i, k, rng_for(seed, _DROP, _stable(c)))) for c, i in part]

@@ -342,7 +342,7 @@ class GridExecutor:
 
 
 def make_server_app(cfg: RunConfig, method: Method, roster: Roster, callbacks: list[Callback],
-                    restore: tuple | None, result: dict):
+                    restore: dict | None, result: dict):
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -353,7 +353,7 @@ def make_server_app(cfg: RunConfig, method: Method, roster: Roster, callbacks: l
         executor = GridExecutor(grid, cfg, expected)
         runner = Runner(cfg, method, roster, executor, callbacks)
         if restore is not None:
-            runner.restore(*restore)
+            runner.restore(restore)
         runner.run()
         result["bytes"] = (executor.bytes_down, executor.bytes_up)
 
@@ -361,7 +361,7 @@ def make_server_app(cfg: RunConfig, method: Method, roster: Roster, callbacks: l
 
 
 def run_simulation(cfg: RunConfig, method: Method, roster: Roster, callbacks: list[Callback],
-                   restore: tuple | None) -> dict:
+                   restore: dict | None) -> dict:
     """Run on Flower's simulation runtime (Ray): one virtual SuperNode per client of the roster."""
     _flwr()
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")

@@ -40,7 +40,10 @@ class RoundInfo:
     dropped: dict[str, str]
     train_loss: float
     wall_s: float
+    aggregated: bool = True  # False: too few valid replies, the server state was kept
     rows: list[dict] = field(default_factory=list)  # evaluation rows with "round" and "client"
+    eval_bytes_down: int = 0
+    eval_bytes_up: int = 0
 
 
 class Callback:
@@ -94,10 +97,15 @@ class Runner:
         self.start_round = 1
         self.stop = False
 
-    def restore(self, round: int, server: Record, states: dict[str, Record]) -> None:
-        self.server = server
-        self.executor.restore(states)
-        self.start_round = round + 1
+    def restore(self, checkpoint: dict) -> None:
+        """Continue after ``checkpoint["round"]`` (see ``fedwear.callbacks.Checkpointer``)."""
+        self.server = checkpoint["server"]
+        self.executor.restore(checkpoint["clients"])
+        self.start_round = checkpoint["round"] + 1
+        saved = checkpoint.get("callbacks", {})
+        for cb in self.callbacks:
+            if type(cb).__name__ in saved and hasattr(cb, "load_state_dict"):
+                cb.load_state_dict(saved[type(cb).__name__])
 
     def evaluation_due(self, r: int) -> bool:
         return r % self.cfg.evaluation.every == 0 or r == self.cfg.rounds
@@ -133,12 +141,13 @@ class Runner:
                 log.warning("round %d: client %s left out of aggregation: %s", r, c, reason)
             else:
                 accepted[c] = reply
-        needed = math.ceil(self.cfg.flower.min_replies * len(clients))
-        if len(accepted) >= max(needed, 1) or not clients:
+        needed = max(math.ceil(self.cfg.flower.min_replies * len(clients)), 1)
+        aggregated = len(accepted) >= needed or not clients
+        if aggregated:
             self.server = m.aggregate(self.server, accepted, r)
         else:
-            log.warning("round %d: %d of %d replies accepted (< %d needed): server state unchanged",
-                        r, len(accepted), len(clients), max(needed, 1))
+            log.error("round %d: %d of %d replies accepted (< %d needed): server state unchanged",
+                      r, len(accepted), len(clients), needed)
         losses = [float(v.scalars["loss"]) for v in accepted.values() if "loss" in v.scalars]
         info = RoundInfo(
             round=r,
@@ -148,20 +157,28 @@ class Runner:
             dropped=dropped,
             train_loss=float(np.mean(losses)) if losses else float("nan"),
             wall_s=0.0,
+            aggregated=aggregated,
         )
         if self.evaluation_due(r):
-            info.rows = self.evaluate(r)
+            self.evaluate(r, info)
         info.wall_s = time.perf_counter() - t0
         return info
 
-    def evaluate(self, r: int) -> list[dict]:
+    def evaluate(self, r: int, info: RoundInfo) -> None:
+        """Evaluation rows of round ``r`` and the bytes they cost, into ``info``.
+
+        Down: each client's message plus the global model (when the method has one), as the
+        Flower engine sends them; up: the metric values, 8 bytes each (``n`` and every metric).
+        """
         m = self.method
         ids = self.roster.clients
         new_ids = self.roster.new_clients if "new_clients" in self.cfg.evaluation.views else []
         downs = {c: m.configure(self.server, c, r) for c in ids + new_ids}
-        results = self.executor.evaluate(r, downs, m.global_message(self.server))
-        rows = []
+        global_msg = m.global_message(self.server)
+        results = self.executor.evaluate(r, downs, global_msg)
+        extra = global_msg.nbytes if global_msg is not None else 0
+        info.eval_bytes_down = sum(d.nbytes + extra for d in downs.values())
         for cid in ids + new_ids:
             for row in results.get(cid, []):
-                rows.append({"round": r, "client": cid, **row})
-        return rows
+                info.rows.append({"round": r, "client": cid, **row})
+                info.eval_bytes_up += 8 * sum(1 for k in row if k not in ("view", "split"))

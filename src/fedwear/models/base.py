@@ -1,12 +1,24 @@
+"""The base of every model: named parts and a validated options model."""
+
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch import nn
+
+
+class ModelOptions(BaseModel):
+    """Base of a model's options (``model.options`` in a config); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class SplitModel(nn.Module):
     """``forward(x) = head(body(x))``; parameters are named ``body.*`` and ``head.*``."""
 
+    Options: ClassVar[type[ModelOptions]] = ModelOptions
     body: nn.Module
     head: nn.Module
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from torch import nn
 
-from fedwear.models.base import SplitModel
+from fedwear.models.base import ModelOptions, SplitModel
+
+
+class SmallCNNOptions(ModelOptions):
+    width: int = Field(32, ge=1, description="channels of the first convolution (the second has 2x)")
 
 
 class SmallCNN(SplitModel):
     """Conv1d(C->32,k5)-ReLU-MaxPool2 -> Conv1d(32->64,k5)-ReLU -> global average pool -> Linear."""
+
+    Options = SmallCNNOptions
 
     def __init__(self, window: int, channels: int, num_classes: int, width: int = 32) -> None:
         super().__init__()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
+from pydantic import Field, PositiveInt
 from torch import nn
 
-from fedwear.models.base import SplitModel
+from fedwear.models.base import ModelOptions, SplitModel
 
 #: ``div`` per dataset window/channel shape from ProtoHAR's ``channel_list`` (SPECS A1).
 KNOWN_DIV = {(512, 6): 20, (100, 9): 3}
@@ -30,6 +31,16 @@ class _Body(nn.Module):
         return self.embedding(self._conv(x))
 
 
+class HARCNNOptions(ModelOptions):
+    down: tuple[PositiveInt, PositiveInt] = Field(
+        (2, 2), description="max-pool size (time, channels); ProtoHAR's (2, 2) (SPECS A1)"
+    )
+    div: int | None = Field(
+        None, ge=1, description="embedding = flattened conv features // div; null: from SPECS A1's "
+        "channel_list for known shapes, else chosen for an embedding near 384",
+    )
+
+
 class HARCNN(SplitModel):
     """Three (9,1) convolutions, two max-pools, a ReLU embedding (the prototype) and a linear head.
 
@@ -37,6 +48,8 @@ class HARCNN(SplitModel):
     k=384) and HARBOX (100x9: k=725), otherwise chosen so the embedding lands near 384.
     PyTorch default initialisation; no normalisation or dropout layers.
     """
+
+    Options = HARCNNOptions
 
     def __init__(
         self,
