@@ -1,4 +1,11 @@
-"""Shared fixtures: only the location of the real datasets."""
+"""Shared fixtures: where the real datasets are.
+
+``data_root`` is the full shared data (``$FEDWEAR_DATA`` or ``../shared/data`` next to the
+repository). Without it, tests that need it are skipped with the reason, except when
+``FEDWEAR_REQUIRE_DATA=1`` (set by CI), where they fail: CI must run the real-data tests.
+``hapt_root`` is UCI HAPT from there, or else the subset bundled with fedwear, so the UCI HAPT
+tests run everywhere.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,34 @@ from pathlib import Path
 
 import pytest
 
+from fedwear.data.preprocess import bundled_root
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("FEDWEAR_REQUIRE_DATA") == "1":
+        pytest.fail(f"{reason} (FEDWEAR_REQUIRE_DATA=1: the real-data tests must run here)")
+    pytest.skip(reason)
+
 
 @pytest.fixture(scope="session")
 def data_root() -> Path:
-    """Folder holding ``usc_had/`` and ``uci_hapt/``: ``$FEDWEAR_DATA`` or ``../shared/data``
-    next to the repository; tests using it are skipped when it is absent."""
+    """Folder holding ``usc_had/`` and ``uci_hapt/``."""
     default = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
     root = Path(os.environ.get("FEDWEAR_DATA", default)).resolve()
     if not (root / "usc_had").is_dir() or not (root / "uci_hapt").is_dir():
-        pytest.skip(f"real data not found at {root}: set FEDWEAR_DATA to the shared data folder")
+        _missing(f"real data not found at {root}: set FEDWEAR_DATA to the shared data folder")
+    return root
+
+
+@pytest.fixture(scope="session")
+def hapt_root() -> Path:
+    """A UCI HAPT root: the full shared copy when present, else fedwear's bundled subset."""
+    default = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+    shared = Path(os.environ.get("FEDWEAR_DATA", default)).resolve() / "uci_hapt"
+    if shared.is_dir():
+        return shared
+    if os.environ.get("FEDWEAR_REQUIRE_DATA") == "1":
+        _missing(f"real data not found at {shared.parent}")
+    root = bundled_root("uci_hapt")
+    assert root is not None and root.is_dir(), "the bundled UCI HAPT subset is missing from the package"
     return root

@@ -83,10 +83,10 @@ def test_corrupt_mat_file_keeps_existing_outputs(tmp_path, data_root):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
-def test_nan_in_signal(tmp_path, data_root):
+def test_nan_in_signal(tmp_path, hapt_root):
     root = tmp_path / "hapt" / "RawData"
     root.mkdir(parents=True)
-    src = data_root / "uci_hapt" / "RawData"
+    src = hapt_root / "RawData"
     import numpy as np
 
     acc = np.loadtxt(src / "acc_exp01_user01.txt.gz")

@@ -63,9 +63,9 @@ def usc_slice(data_root: Path, tmp_path: Path) -> Path:
     return dst
 
 
-def hapt_slice(data_root: Path, tmp_path: Path) -> Path:
+def hapt_slice(hapt_root: Path, tmp_path: Path) -> Path:
     """exp01 gzipped as shipped, exp02 decompressed, labels.txt filtered to them."""
-    src, dst = data_root / "uci_hapt", tmp_path / "hapt"
+    src, dst = hapt_root, tmp_path / "hapt"
     (dst / "RawData").mkdir(parents=True)
     for kind in ("acc", "gyro"):
         shutil.copy(src / f"RawData/{kind}_exp01_user01.txt.gz", dst / "RawData")
@@ -107,8 +107,8 @@ def test_usc_had_slice(data_root: Path, tmp_path: Path) -> None:
     assert all(c.train.x.shape[1:] == (64, 6) and c.train.x.dtype == np.float32 for c in fd.clients)
 
 
-def test_uci_hapt_slice(data_root: Path, tmp_path: Path) -> None:
-    root = hapt_slice(data_root, tmp_path)
+def test_uci_hapt_slice(hapt_root: Path, tmp_path: Path) -> None:
+    root = hapt_slice(hapt_root, tmp_path)
     raw = load_raw(DatasetConfig(name="uci_hapt", root=str(root)))
     assert [(r.subject, r.session) for r in raw.recordings] == [("1", "exp01"), ("1", "exp02")]
     assert raw.class_names[0] == "WALKING" and raw.class_names[-1] == "LIE_TO_STAND"
@@ -393,8 +393,8 @@ def test_error_corrupt_mat(tmp_path: Path) -> None:
         load_raw(DatasetConfig(name="usc_had", root=str(tmp_path)))
 
 
-def test_error_truncated_gz(data_root: Path, tmp_path: Path) -> None:
-    root = hapt_slice(data_root, tmp_path)
+def test_error_truncated_gz(hapt_root: Path, tmp_path: Path) -> None:
+    root = hapt_slice(hapt_root, tmp_path)
     gz = root / "RawData/acc_exp01_user01.txt.gz"
     gz.write_bytes(gz.read_bytes()[:5000])
     with pytest.raises(DataError, match=r"cannot read .*acc_exp01_user01\.txt\.gz"):
