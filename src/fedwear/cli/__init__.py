@@ -10,11 +10,13 @@ import typer
 from fedwear.cli.common import SetOpt, console_logging, fail
 from fedwear.cli.data import data_app
 from fedwear.cli.flower import flower_app
+from fedwear.cli.report import report
 from fedwear.errors import FedwearError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
 app.add_typer(data_app, name="data")
 app.add_typer(flower_app, name="flower")
+app.command("report")(report)
 
 
 @app.command()

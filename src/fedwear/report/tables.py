@@ -11,17 +11,24 @@ LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
 
 
 def summary_table(summary: dict) -> str:
+    """Markdown table of one run's final round: per view and metric, the sample-weighted mean over
+    clients on the test split (``summary["final"]``) in %, under a caption that says so."""
     lines = ["| view | " + " | ".join(LABEL[m] for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
     for view in VIEWS:
         vals = summary["final"].get(view)
         if vals:
             cells = [f"{100 * vals[m]:.2f}" if vals.get(m) is not None else "n/a" for m in METRICS]
             lines.append(f"| {view} | " + " | ".join(cells) + " |")
-    return f"final round {summary['final_round']} (%, sample-weighted mean over clients)\n" + "\n".join(lines)
+    caption = (
+        f"final round {summary['final_round']}, test split: sample-weighted mean over clients "
+        "(weights: each client's test windows), in %"
+    )
+    return caption + "\n" + "\n".join(lines)
 
 
 def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig) -> tuple[str, pd.DataFrame]:
-    """Markdown table and a long-form frame; cells are mean +- std over seeds in %."""
+    """Markdown table and a long-form frame. Each cell is, over seeds, the mean ± population std
+    (ddof=0) of the per-seed sample-weighted means over clients (test split), in %."""
     views = [v for v in VIEWS if any(v in s[select] for runs in summaries.values() for s in runs)]
     records = []
     header = ["Method"] + [f"{v} {LABEL[m]}" for v in views for m in METRICS]
@@ -42,7 +49,9 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
         f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
-        f"{select} round; sample-weighted mean over clients, then mean ± std over seeds {seeds}; AUC={cfg.evaluation.auc}"
+        f"{select} round, test split; per seed the sample-weighted mean over clients "
+        "(weights: test windows), then mean ± population std (ddof=0) of those per-seed means "
+        f"over seeds {seeds}; in %; AUC={cfg.evaluation.auc}"
     )
     md = "\n".join([caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows])
     return md, pd.DataFrame(records)

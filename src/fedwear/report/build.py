@@ -1,0 +1,100 @@
+"""``fedwear report``: read a run or comparison directory, write the PNGs and index.html."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from fedwear.errors import FedwearError
+from fedwear.report import html
+from fedwear.report.plots import Groups, all_plots
+from fedwear.report.rundir import Comparison, Run, load
+
+OWN_PNGS = ("curve-*.png", "clients-*.png", "bytes_*.png", "train_loss.png", "wall_time.png")
+
+
+def _config_values(runs: list[Run], *keys: str) -> str:
+    """Distinct values of a (dotted) config key over ``runs``, comma-separated."""
+    values = []
+    for run in runs:
+        v: object = run.config
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None and str(v) not in values:
+            values.append(str(v))
+    return ", ".join(values) or "?"
+
+
+def _run_meta(run: Run) -> list[str]:
+    s = run.summary
+    mb = f"{s.get('bytes_up', 0) / 1e6:.3f} MB up, {s.get('bytes_down', 0) / 1e6:.3f} MB down"
+    dataset, rounds = _config_values([run], "dataset", "name"), _config_values([run], "rounds")
+    return [
+        f"method <b>{escape(run.method)}</b>, seed {escape(str(run.seed))}, dataset "
+        f"{escape(dataset)}, {escape(rounds)} rounds, engine {escape(str(s.get('engine', '?')))}",
+        f"final round {s.get('final_round')}, best round {s.get('best_round')}; "
+        f"{mb}; wall time {float(s.get('wall_time_s', 0.0)):.1f} s",
+        f"config hash <code>{escape(str(s.get('config_hash', '?')))[:16]}</code>, fedwear "
+        f"{escape(str(s.get('fedwear_version', '?')))}; "
+        f"run directory <code>{escape(str(run.path))}</code>",
+    ]
+
+
+def _comparison_meta(cmp: Comparison) -> list[str]:
+    runs = cmp.all_runs
+    seeds = "; ".join(f"{m}: {', '.join(str(r.seed) for r in rs)}" for m, rs in cmp.runs.items())
+    table = cmp.path / "table.md"
+    return [
+        f"{len(cmp.runs)} method(s): <b>{escape(', '.join(cmp.methods))}</b>; "
+        f"seeds {escape(seeds)}",
+        f"dataset {escape(_config_values(runs, 'dataset', 'name'))}, "
+        f"{escape(_config_values(runs, 'rounds'))} rounds",
+        f"comparison directory <code>{escape(str(cmp.path))}</code>"
+        + (f"; its table: <code>{escape(str(table))}</code>" if table.is_file() else ""),
+    ]
+
+
+def _run_tables(run: Run) -> str:
+    return (f"<h2>Summary</h2>{html.run_table(run)}"
+            f'<div class="caption">{html.run_table_caption(run)}</div>')
+
+
+def _comparison_tables(cmp: Comparison) -> str:
+    groups: Groups = cmp.runs
+    parts = ["<h2>Summary over seeds</h2>"]
+    for select in ("final", "best"):
+        parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select)}"
+                     f'<div class="caption">{html.comparison_caption(select)}</div>')
+    parts.append("<h3>Each run</h3>")
+    for run in cmp.all_runs:
+        parts.append(f"<details><summary>{escape(run.label)} ({escape(run.path.name)})</summary>"
+                     f"{html.run_table(run, prefix=f'{run.path.name}/')}"
+                     f'<div class="caption">{html.run_table_caption(run)}</div></details>')
+    return "".join(parts)
+
+
+def write_report(path: Path, out: Path | None = None) -> Path:
+    """Write the PNG figures and ``index.html`` for the run or comparison at ``path`` into ``out``
+    (default ``path/report``); returns the path of ``index.html``."""
+    target = load(Path(path))
+    out = Path(out) if out is not None else Path(path) / "report"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for pattern in OWN_PNGS:  # figures of an earlier report that may no longer apply
+            for old in out.glob(pattern):
+                old.unlink()
+        if isinstance(target, Run):
+            groups: Groups = {target.method: [target]}
+            title = f"fedwear report: {target.path.name} ({target.label})"
+            meta, tables = _run_meta(target), _run_tables(target)
+        else:
+            groups = target.runs
+            title = f"fedwear comparison: {target.path.name}"
+            meta, tables = _comparison_meta(target), _comparison_tables(target)
+        plots = all_plots(groups, out)
+        index = out / "index.html"
+        index.write_text(html.page(title, meta, tables, plots, out), encoding="utf-8")
+    except OSError as e:
+        raise FedwearError(f"{out}: cannot write the report ({e.strerror or e}); "
+                           "pass --out with a writable folder") from None
+    return index

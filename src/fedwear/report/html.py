@@ -1,0 +1,194 @@
+"""One self-contained HTML page: summary tables and the figures embedded as base64 data URIs.
+
+Every number of a table carries ``data-key`` and ``data-value`` (the exact value from
+summary.json, or the statistic over seeds) so the page can be checked against its sources.
+A small inline script marks ``<body data-images-ok="loaded/total">`` once the page has loaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from html import escape
+from pathlib import Path
+
+import numpy as np
+
+from fedwear.config import VIEWS
+from fedwear.report.plots import WEIGHTED, Groups, Plot
+from fedwear.report.rundir import Run
+from fedwear.report.units import NAMES, UNITS_NOTE, fmt
+
+SECTIONS = {
+    "curves": "Metrics per round",
+    "clients": "Per client, final and best round",
+    "training": "Communication, training loss and time",
+}
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto;
+       max-width: 1500px; padding: 0 16px; color: #222; line-height: 1.4; }
+h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { margin-top: 32px; border-bottom: 1px solid #ddd; }
+.meta { color: #555; font-size: 0.9em; } .meta code { font-size: 0.95em; }
+table { border-collapse: collapse; margin: 8px 0 4px; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 9px; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+tr.first td { border-top: 2px solid #999; }
+.caption { font-size: 0.88em; color: #444; max-width: 1100px; margin-bottom: 12px; }
+.grid { display: grid; grid-template-columns: repeat(var(--cols), minmax(0, 1fr)); gap: 18px;
+        margin-bottom: 18px; }
+@media (max-width: 900px) { .grid { grid-template-columns: minmax(0, 1fr); } }
+figure { margin: 0; } figure img { width: 100%; height: auto; border: 1px solid #eee; }
+figure.wide img { width: auto; max-width: 100%; }
+figcaption { font-size: 0.85em; color: #444; margin-top: 4px; }
+details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
+"""
+
+SCRIPT = """
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute("data-images-ok", ok + "/" + imgs.length);
+});
+"""
+
+
+def _missing(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _num(key: str, metric: str, value: float | None) -> str:
+    """A number with its exact value in ``data-value`` (empty when missing)."""
+    exact = "" if _missing(value) else repr(float(value))
+    return f'<span data-key="{escape(key)}" data-value="{exact}">{fmt(metric, value)}</span>'
+
+
+def _pm(key: str, metric: str, mean: float | None, std: float | None) -> str:
+    if _missing(mean):
+        return "n/a"
+    return f"{_num(key + '.mean', metric, mean)} ± {_num(key + '.std', metric, std)}"
+
+
+def _ordered(keys: set[str], order: list[str] | tuple[str, ...]) -> list[str]:
+    return [k for k in order if k in keys] + sorted(keys - set(order))
+
+
+def _views_metrics(summaries: list[dict], metric_order: list[str]) -> tuple[list[str], list[str]]:
+    views = {v for s in summaries for sel in ("final", "best") for v in (s.get(sel) or {})}
+    metrics = {m for s in summaries for sel in ("final", "best")
+               for vals in (s.get(sel) or {}).values() for m in vals}
+    return _ordered(views, VIEWS), _ordered(metrics, metric_order)
+
+
+def run_table(run: Run, prefix: str = "") -> str:
+    """Final and best round of one run: per view x metric, the sample-weighted mean over
+    clients and the unweighted mean ± population std over clients (test split)."""
+    s = run.summary
+    views, metrics = _views_metrics([s], run.metric_names)
+    head = (f'<tr><th class="l" rowspan="2">view</th><th class="l" rowspan="2">metric</th>'
+            f'<th colspan="2">final (round {s.get("final_round")})</th>'
+            f'<th colspan="2">best (round {s.get("best_round")})</th></tr>'
+            "<tr>" + "<th>weighted mean</th><th>mean ± std</th>" * 2 + "</tr>")
+    rows = []
+    for view in views:
+        for i, metric in enumerate(metrics):
+            cells = []
+            for sel in ("final", "best"):
+                stats = (s.get(f"{sel}_stats") or {}).get(view, {}).get(metric) or {}
+                weighted = (s.get(sel) or {}).get(view, {}).get(metric)
+                key = f"{prefix}{sel}.{view}.{metric}"
+                cells.append(f"<td>{_num(key + '.weighted', metric, weighted)}</td>")
+                cells.append(f"<td>{_pm(key, metric, stats.get('mean'), stats.get('std'))}</td>")
+            rows.append(_row(view if i == 0 else "", metric, cells, first=i == 0))
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _row(view: str, metric: str, cells: list[str], first: bool) -> str:
+    cls = ' class="first"' if first else ""
+    return (f'<tr{cls}><td class="l">{escape(view)}</td>'
+            f'<td class="l">{escape(NAMES.get(metric, metric))}</td>{"".join(cells)}</tr>')
+
+
+def run_table_caption(run: Run) -> str:
+    rule = run.summary.get("best_rule", "see summary.json")
+    return (f"Test split, from summary.json. <b>weighted mean</b>: {WEIGHTED}; <b>mean ± std</b>: "
+            "unweighted mean over clients ± population std over clients (ddof=0). "
+            f"Best round: {escape(rule)}. {UNITS_NOTE}.")
+
+
+def _over_seeds(values: list) -> tuple[float | None, float | None, int]:
+    v = np.array([np.nan if x is None else x for x in values], dtype=float)
+    v = v[~np.isnan(v)]
+    return (float(v.mean()), float(v.std()), len(v)) if len(v) else (None, None, 0)
+
+
+def comparison_table(groups: Groups, select: str) -> str:
+    """Per view x metric (rows) and method (columns): mean ± population std over seeds of the
+    per-seed sample-weighted means over clients at the ``select`` (final or best) round."""
+    summaries = [r.summary for runs in groups.values() for r in runs]
+    order = [m for runs in groups.values() for r in runs for m in r.metric_names]
+    views, metrics = _views_metrics(summaries, list(dict.fromkeys(order)))
+    head = ('<tr><th class="l">view</th><th class="l">metric</th>'
+            + "".join(f"<th>{escape(m)} ({len(runs)} seed{'s' if len(runs) > 1 else ''})</th>"
+                      for m, runs in groups.items()) + "</tr>")
+    rows = []
+    for view in views:
+        for i, metric in enumerate(metrics):
+            cells = []
+            for method, runs in groups.items():
+                vals = [(r.summary.get(select) or {}).get(view, {}).get(metric) for r in runs]
+                mean, std, n = _over_seeds(vals)
+                note = f" <small>(n={n})</small>" if 0 < n < len(runs) else ""
+                cells.append(f"<td>{_pm(f'{select}.{method}.{view}.{metric}', metric, mean, std)}"
+                             f"{note}</td>")
+            rows.append(_row(view if i == 0 else "", metric, cells, first=i == 0))
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def comparison_caption(select: str) -> str:
+    when = ("final round" if select == "final"
+            else "best round of each seed (its summary.json best_round)")
+    return (f"{when.capitalize()}, test split. Per seed the {WEIGHTED}; cell: mean ± population "
+            "std over seeds (ddof=0) of those per-seed values (n = seeds with a value, shown when "
+            f"some seed has none). {UNITS_NOTE}.")
+
+
+def figure(plot: Plot, out: Path) -> str:
+    """``<figure>`` with the PNG embedded as a data URI and its caption."""
+    data = base64.b64encode((out / plot.file).read_bytes()).decode("ascii")
+    wide = ' class="wide"' if plot.section == "clients" else ""
+    return (f'<figure{wide} id="{escape(plot.file)}"><img alt="{escape(plot.title)}" '
+            f'data-file="{escape(plot.file)}" src="data:image/png;base64,{data}">'
+            f"<figcaption><b>{escape(plot.file)}</b>: {escape(plot.caption)}</figcaption></figure>")
+
+
+def figures(plots: list[Plot], out: Path) -> str:
+    """Figures grouped by section; within a section, one grid row per ``Plot.row`` (a view)."""
+    parts = []
+    for section, title in SECTIONS.items():
+        chosen = [p for p in plots if p.section == section]
+        if not chosen:
+            continue
+        parts.append(f"<h2>{escape(title)}</h2>")
+        if section == "clients":
+            parts.extend(figure(p, out) for p in chosen)
+            continue
+        rows = list(dict.fromkeys(p.row for p in chosen))
+        cols = max(3, *(sum(p.row == r for p in chosen) for r in rows))
+        for row in rows:
+            body = "".join(figure(p, out) for p in chosen if p.row == row)
+            parts.append(f'<div class="grid" style="--cols: {cols}">{body}</div>')
+    return "".join(parts)
+
+
+def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path) -> str:
+    """The whole HTML document; ``meta`` items and ``tables`` are already HTML."""
+    items = "".join(f"<li>{m}</li>" for m in meta)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style>"
+        f"<script>{SCRIPT}</script></head>\n<body>"
+        f'<h1>{escape(title)}</h1><ul class="meta">{items}</ul>'
+        f"{tables}{figures(plots, out)}</body></html>\n"
+    )

@@ -1,0 +1,183 @@
+"""Read a run directory (``fedwear run``) or a comparison directory (``fedwear compare``).
+
+Every problem with the files becomes a :class:`~fedwear.errors.FedwearError` naming the path
+and what to do, so the command line can print it as one line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from fedwear.errors import FedwearError
+from fedwear.summary import aggregate_metrics, metric_columns
+
+REQUIRED = {
+    "metrics.csv": ["round", "client", "view", "split", "n"],
+    "rounds.csv": ["round", "bytes_down", "bytes_up", "train_loss"],
+    "timing.csv": ["round", "wall_s"],
+}
+RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json")
+
+
+@dataclass
+class Run:
+    """One run directory: its config, CSV tables and summary."""
+
+    path: Path
+    config: dict
+    summary: dict
+    metrics: pd.DataFrame
+    rounds: pd.DataFrame
+    timing: pd.DataFrame
+
+    @property
+    def method(self) -> str:
+        """The method from summary.json, else from config.yaml."""
+        return str(self.summary.get("method") or self.config.get("method") or "?")
+
+    @property
+    def seed(self) -> int | str:
+        """The seed from summary.json, else from config.yaml."""
+        seed = self.summary.get("seed", self.config.get("seed"))
+        return seed if seed is not None else "?"
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} seed {self.seed}"
+
+    @cached_property
+    def metric_names(self) -> list[str]:
+        """Numeric columns of metrics.csv other than round, n and the id columns."""
+        return metric_columns(self.metrics)
+
+    @cached_property
+    def aggregated(self) -> pd.DataFrame:
+        """:func:`fedwear.summary.aggregate_metrics` of metrics.csv."""
+        return aggregate_metrics(self.metrics)
+
+
+@dataclass
+class Comparison:
+    """A comparison directory: runs grouped by method (in folder order), seeds sorted."""
+
+    path: Path
+    runs: dict[str, list[Run]] = field(default_factory=dict)
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.runs)
+
+    @property
+    def all_runs(self) -> list[Run]:
+        return [r for runs in self.runs.values() for r in runs]
+
+    @property
+    def metric_names(self) -> list[str]:
+        names: list[str] = []
+        for run in self.all_runs:
+            names += [m for m in run.metric_names if m not in names]
+        return names
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds any of a run directory's files."""
+    return any((path / name).is_file() for name in RUN_MARKERS)
+
+
+def load(path: Path) -> Run | Comparison:
+    """The run or comparison stored at ``path``."""
+    path = Path(path)
+    if not path.exists():
+        raise FedwearError(f"{path} does not exist: pass a run directory (from `fedwear run`) "
+                           "or a comparison directory (from `fedwear compare`)")
+    if not path.is_dir():
+        raise FedwearError(f"{path} is a file: pass the folder that holds metrics.csv and "
+                           "summary.json (a run directory) or the <method>-s<seed> folders "
+                           "(a comparison directory)")
+    if is_run_dir(path):
+        return load_run(path)
+    subdirs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
+    if subdirs:
+        return load_comparison(path, subdirs)
+    raise FedwearError(
+        f"{path} is neither a run directory (config.yaml, metrics.csv, summary.json written by "
+        "`fedwear run`) nor a comparison directory (<method>-s<seed>/ run folders written by "
+        "`fedwear compare`): pass one of those"
+    )
+
+
+def load_run(path: Path) -> Run:
+    """Read and check one run directory."""
+    summary = _read_summary(path / "summary.json")
+    frames = {name: _read_csv(path / name, cols) for name, cols in REQUIRED.items()}
+    metrics = frames["metrics.csv"]
+    if not metric_columns(metrics):
+        raise FedwearError(f"{path / 'metrics.csv'}: no numeric metric column (e.g. accuracy); "
+                           "the file is damaged: rerun the experiment with `fedwear run`")
+    if not (metrics["split"] == "test").any():
+        raise FedwearError(f"{path / 'metrics.csv'}: no rows on the test split; "
+                           "rerun the experiment with `fedwear run`")
+    return Run(path, _read_config(path / "config.yaml"), summary, metrics,
+               frames["rounds.csv"], frames["timing.csv"])
+
+
+def load_comparison(path: Path, subdirs: list[Path]) -> Comparison:
+    """Read every run folder of a comparison and group the runs by method."""
+    cmp = Comparison(path)
+    for sub in subdirs:
+        run = load_run(sub)
+        cmp.runs.setdefault(run.method, []).append(run)
+    for runs in cmp.runs.values():
+        runs.sort(key=_seed_order)
+    return cmp
+
+
+def _seed_order(run: Run) -> tuple[int, int, str]:
+    """Integer seeds in order, then any others by name."""
+    return (0, run.seed, "") if isinstance(run.seed, int) else (1, 0, str(run.seed))
+
+
+def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    fix = "rerun the experiment with `fedwear run` (or finish it with --resume)"
+    if not path.is_file():
+        raise FedwearError(f"{path} is missing; {fix}")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+        raise FedwearError(f"{path} is not a readable CSV ({type(e).__name__}); {fix}") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise FedwearError(f"{path} lacks the column(s) {', '.join(missing)}; {fix}")
+    if not pd.api.types.is_numeric_dtype(frame["round"]):
+        raise FedwearError(f"{path}: the round column is not numeric; {fix}")
+    return frame
+
+
+def _read_summary(path: Path) -> dict:
+    if not path.is_file():
+        raise FedwearError(f"{path} is missing (the run did not finish); finish it with "
+                           "`fedwear run <config> --out <run dir> --resume`")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+        raise FedwearError(f"{path} is not readable JSON ({type(e).__name__}); "
+                           "rerun the experiment with `fedwear run`") from None
+    if not isinstance(data, dict) or not isinstance(data.get("final"), dict):
+        raise FedwearError(f"{path} has no 'final' results; "
+                           "rerun the experiment with `fedwear run`")
+    return data
+
+
+def _read_config(path: Path) -> dict:
+    """config.yaml as a plain mapping (only for labels), empty when absent or unreadable."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}

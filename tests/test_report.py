@@ -1,0 +1,293 @@
+"""``fedwear report``: PNGs plus one self-contained HTML page whose numbers match summary.json."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import fedwear
+from fedwear.cli import app
+from fedwear.config import METRICS
+from fedwear.report.tables import comparison_table
+from fedwear.summary import aggregate_metrics
+from tests.helpers import tiny_config
+
+CHROMIUM = Path("/usr/bin/chromium")
+METHODS, SEEDS = ("fedavg", "local"), (0, 1)
+
+
+class Page(HTMLParser):
+    """The images (``data-file`` -> data URI) and table numbers (``data-key`` -> attributes,
+    text) of a report page."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.images: dict[str, str] = {}
+        self.numbers: dict[str, dict] = {}
+        self._open: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "img":
+            assert a["data-file"] not in self.images, f"{a['data-file']} embedded twice"
+            self.images[a["data-file"]] = a["src"]
+        if tag == "span" and "data-key" in a:
+            self.numbers[a["data-key"]] = {"value": a["data-value"], "text": ""}
+            self._open = a["data-key"]
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.numbers[self._open]["text"] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "span":
+            self._open = None
+
+
+def report(path: Path, *args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, ["report", str(path), *args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A run evaluating two views (fewer figures to draw; the comparison has all four) on a
+    Dirichlet partition, so clients differ in size and weighted and plain means differ."""
+    out = tmp_path_factory.mktemp("report") / "run"
+    cfg = tiny_config(**{"evaluation.views": "[personalized,new_clients]",
+                         "dataset.partition": "dirichlet", "dataset.num_clients": 6})
+    fedwear.run(cfg, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def compare_dir(tmp_path_factory) -> Path:
+    """What ``fedwear compare --methods fedavg,local --seeds 0,1`` writes."""
+    root = tmp_path_factory.mktemp("report") / "cmp"
+    summaries: dict[str, list[dict]] = {}
+    for method in METHODS:
+        for seed in SEEDS:
+            res = fedwear.run(tiny_config(method=method, seed=seed), root / f"{method}-s{seed}")
+            summaries.setdefault(method, []).append(res.summary)
+    md, frame = comparison_table(summaries, "final", tiny_config())
+    (root / "table.md").write_text(md + "\n")
+    frame.to_csv(root / "table.csv", index=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_page(run_dir) -> Path:
+    code, out, err = report(run_dir)
+    assert code == 0, err
+    index = run_dir / "report" / "index.html"
+    assert out.strip().splitlines()[-1] == str(index)
+    return index
+
+
+@pytest.fixture(scope="module")
+def compare_page(compare_dir, tmp_path_factory) -> Path:
+    out_dir = tmp_path_factory.mktemp("out") / "page"
+    code, out, err = report(compare_dir, "--out", str(out_dir))
+    assert code == 0, err
+    assert out.strip().splitlines()[-1] == str(out_dir / "index.html")
+    return out_dir / "index.html"
+
+
+def assert_images_embedded(index: Path) -> Page:
+    page = Page(index.read_text())
+    pngs = {p.name: p.read_bytes() for p in index.parent.glob("*.png")}
+    assert pngs
+    assert sorted(page.images) == sorted(pngs)
+    for name, src in page.images.items():
+        prefix = "data:image/png;base64,"
+        assert src.startswith(prefix), name
+        assert base64.b64decode(src[len(prefix):]) == pngs[name], name
+    return page
+
+
+def assert_run_numbers(page: Page, summary: dict, prefix: str = "") -> None:
+    """Every final/best number of summary.json is in the page with its value and its text."""
+    checked = 0
+    for sel in ("final", "best"):
+        for view, vals in summary[sel].items():
+            for metric, weighted in vals.items():
+                stats = summary[f"{sel}_stats"][view][metric]
+                key = f"{prefix}{sel}.{view}.{metric}"
+                pairs = (("weighted", weighted), ("mean", stats["mean"]), ("std", stats["std"]))
+                for k, v in pairs:
+                    if v is None:  # NaN in summary.json: "n/a" in the page
+                        assert page.numbers.get(f"{key}.{k}", {"value": ""})["value"] == ""
+                    else:
+                        num = page.numbers[f"{key}.{k}"]
+                        assert float(num["value"]) == v, (key, k)
+                        assert num["text"] == f"{100 * v:.2f}", (key, k)
+                    checked += 1
+    assert checked == 2 * 3 * sum(len(v) for v in summary["final"].values())
+
+
+def test_run_report_embeds_every_png(run_page):
+    page = assert_images_embedded(run_page)
+    names = set(page.images)
+    views = ("personalized", "new_clients")
+    assert {f"curve-{v}-{m}.png" for v in views for m in METRICS} <= names
+    assert {f"clients-{m}.png" for m in METRICS} <= names
+    assert {"bytes_up.png", "bytes_down.png", "train_loss.png", "wall_time.png"} <= names
+
+
+def test_run_report_table_equals_summary(run_dir, run_page):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert_run_numbers(Page(run_page.read_text()), summary)
+
+
+def test_captions_say_what_is_shown(run_page, compare_page):
+    run_text, cmp_text = run_page.read_text(), compare_page.read_text()
+    assert run_text.count("<figcaption>") == len(list(run_page.parent.glob("*.png")))
+    assert "sample-weighted mean over clients" in run_text and "test split" in run_text
+    assert "population std over clients (ddof=0)" in run_text
+    assert "min..max over seeds" in cmp_text and "population std over seeds (ddof=0)" in cmp_text
+    assert "lowest seed of each method" in cmp_text
+
+
+def test_table_captions(run_dir, compare_dir):
+    """tables.py says what its numbers are (`fedwear run` and `fedwear compare` print them)."""
+    from fedwear.report.tables import summary_table
+
+    caption = summary_table(json.loads((run_dir / "summary.json").read_text())).splitlines()[0]
+    assert "test split" in caption and "sample-weighted mean over clients" in caption
+    md = (compare_dir / "table.md").read_text().splitlines()[0]
+    assert "population std (ddof=0)" in md and "per-seed means over seeds [0, 1]" in md
+
+
+def test_comparison_report(compare_dir, compare_page):
+    page = assert_images_embedded(compare_page)
+    summaries = {m: [json.loads((compare_dir / f"{m}-s{s}" / "summary.json").read_text())
+                     for s in SEEDS] for m in METHODS}
+    for method, runs in summaries.items():
+        for seed, summary in zip(SEEDS, runs, strict=True):
+            assert_run_numbers(page, summary, prefix=f"{method}-s{seed}/")
+    table = pd.read_csv(compare_dir / "table.csv")
+    checked = 0
+    for sel in ("final", "best"):
+        for method, runs in summaries.items():
+            for view in runs[0][sel]:
+                for metric in METRICS:
+                    vals = np.array([s[sel][view][metric] for s in runs], dtype=float)
+                    vals = vals[~np.isnan(vals)]
+                    key = f"{sel}.{method}.{view}.{metric}"
+                    assert float(page.numbers[key + ".mean"]["value"]) == vals.mean()
+                    assert float(page.numbers[key + ".std"]["value"]) == vals.std(ddof=0)
+                    if sel == "final":  # the same cells as `fedwear compare`'s table.csv
+                        row = table[(table.method == method) & (table.view == view)
+                                    & (table.metric == metric)]
+                        assert page.numbers[key + ".mean"]["text"] == f"{row['mean'].item():.2f}"
+                        assert page.numbers[key + ".std"]["text"] == f"{row['std'].item():.2f}"
+                    checked += 1
+    assert checked > 40
+    # all methods on one figure: the curve legend needs both methods' runs
+    curve = compare_page.read_text().split('id="curve-personalized-accuracy.png"')[1]
+    assert "fedavg: seeds 0, 1; local: seeds 0, 1" in curve.split("</figure>")[0]
+
+
+def test_any_numeric_column_is_a_metric(run_dir, tmp_path):
+    """A metrics.csv with regression metrics only (mse, mae) gets their curves and bars."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report"))
+    m = pd.read_csv(run / "metrics.csv")
+    m = m.assign(mse=(1 - m["accuracy"]) ** 2, mae=1 - m["accuracy"]).drop(columns=list(METRICS))
+    m[m["view"] == "personalized"].to_csv(run / "metrics.csv", index=False)
+    code, _, err = report(run)
+    assert code == 0, err
+    pngs = {p.name for p in (run / "report").glob("*.png")}
+    assert {"curve-personalized-mse.png", "curve-personalized-mae.png", "clients-mse.png"} <= pngs
+    assert not any("accuracy" in p or "new_clients" in p for p in pngs)
+
+
+def test_aggregate_metrics_takes_metrics_from_the_frame(run_dir):
+    m = pd.read_csv(run_dir / "metrics.csv")
+    base = aggregate_metrics(m)
+    assert list(dict.fromkeys(base["metric"])) == list(METRICS)
+    extra = aggregate_metrics(m.assign(mae=1 - m["accuracy"]))
+    assert list(dict.fromkeys(extra["metric"])) == [*METRICS, "mae"]
+    pd.testing.assert_frame_equal(extra[extra.metric != "mae"].reset_index(drop=True), base)
+
+
+def one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_not_a_run_dir(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    code, _, err = report(tmp_path)
+    one_line_error(code, err, str(tmp_path), "neither a run directory", "fedwear run")
+    one_line_error(*report(tmp_path / "missing")[::2], "does not exist")
+
+
+@pytest.mark.parametrize(("name", "content", "needle"), [
+    ("metrics.csv", None, "metrics.csv is missing"),
+    ("metrics.csv", "round,client\n1,\"a\n", "metrics.csv is not a readable CSV"),
+    ("metrics.csv", "", "metrics.csv is not a readable CSV"),
+    ("rounds.csv", "round,n_clients\n1,3\n", "rounds.csv lacks the column(s) bytes_down"),
+    ("summary.json", "{not json", "summary.json is not readable JSON"),
+    ("summary.json", None, "summary.json is missing"),
+])
+def test_broken_run_dir(run_dir, tmp_path, name, content, needle):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report"))
+    if content is None:
+        (run / name).unlink()
+    else:
+        (run / name).write_text(content)
+    code, _, err = report(run)
+    one_line_error(code, err, str(run / name), needle)
+
+
+def test_broken_run_in_comparison(compare_dir, tmp_path):
+    cmp = tmp_path / "cmp"
+    shutil.copytree(compare_dir, cmp, ignore=shutil.ignore_patterns("report"))
+    (cmp / "local-s1" / "timing.csv").write_text("garbage\n")
+    code, _, err = report(cmp)
+    one_line_error(code, err, str(cmp / "local-s1" / "timing.csv"), "lacks the column(s)")
+
+
+def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=5000",
+           *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_page_renders_in_chromium(compare_page, tmp_path):
+    if not CHROMIUM.exists():
+        pytest.skip("chromium not installed: apt-get install chromium")
+    # the page alone, away from its PNG files, must still show every image
+    alone = tmp_path / "alone" / "index.html"
+    alone.parent.mkdir()
+    shutil.copy(compare_page, alone)
+    res = chromium("--dump-dom", alone.as_uri(), tmp=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    found = re.search(r'<body[^>]*data-images-ok="(\d+)/(\d+)"', res.stdout)
+    assert found, res.stdout[:500]
+    n_png = len(list(compare_page.parent.glob("*.png")))
+    assert found.groups() == (str(n_png), str(n_png))
+    shot = tmp_path / "page.png"
+    res = chromium(f"--screenshot={shot}", "--window-size=1400,3000", alone.as_uri(), tmp=tmp_path)
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    assert shot.stat().st_size > 100_000  # a blank 1400x3000 page is a few kB
+    assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (3000).to_bytes(4, "big")
