@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_readme_first_command_runs_on_the_bundled_subset(tmp_path):
-    cmd = [sys.executable, "-m", "fedwear.cli", "run", "configs/quickstart.yaml", "--quiet",
+    cmd = [sys.executable, "-m", "fedwear.cli", "run", "configs/quickstart.yaml",
            "--set", "rounds=2", "--set", f"dataset.cache_dir={tmp_path / 'cache'}", "--out", str(tmp_path / "r")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

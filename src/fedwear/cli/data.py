@@ -24,7 +24,8 @@ def data_list() -> None:
 
     for name, entry in DATASETS.items():
         summary = bundled_summary(name)
-        bundled = f"bundled: {summary}" if summary else "not bundled"
+        generated = getattr(entry, "GENERATED", False)
+        bundled = f"bundled: {summary}" if summary else ("generated, no files" if generated else "not bundled")
         typer.echo(f"{name:12s} {bundled:34s} {entry.DESCRIPTION}")
 
 

@@ -20,6 +20,7 @@ from fedwear.data.types import RawDataset, Recording
 NAME = "synthetic"
 DESCRIPTION = "synthetic HAR-like signals: class = periodic pattern, subject = gain/offset shift"
 DATA_SEED = 0
+GENERATED = True  # no files: nothing to download, verify or bundle
 _DEFAULT = SyntheticConfig()
 RATE_HZ = _DEFAULT.rate_hz
 CHANNELS = [f"ch{i}" for i in range(_DEFAULT.channels)]
