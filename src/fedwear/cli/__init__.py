@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -19,12 +20,19 @@ app.add_typer(flower_app, name="flower")
 app.command("report")(report)
 
 
+OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]
+ResumeOpt = Annotated[bool, typer.Option(help="continue the run directory's run from its last checkpoint (a finished run is reused)")]
+OverwriteOpt = Annotated[bool, typer.Option(help="replace the run already in the run directory")]
+FAILED_ROUNDS_EXIT = 3
+
+
 @app.command()
 def run(
     config: Path,
     set_: SetOpt = None,
-    out: Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")] = None,
-    resume: Annotated[bool, typer.Option(help="continue from the run directory's last checkpoint")] = False,
+    out: OutOpt = None,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     quiet: Annotated[bool, typer.Option(help="no progress bar (CI, scripts)")] = False,
 ) -> None:
     """Run one experiment from a YAML config."""
@@ -35,7 +43,7 @@ def run(
     console_logging(quiet)
     try:
         cfg = load_config(config, set_ or [])
-        result = run_api(cfg, out, resume=resume, quiet=quiet)
+        result = run_api(cfg, out, resume=resume, quiet=quiet, overwrite=overwrite)
     except FedwearError as e:
         fail(e)
     except KeyboardInterrupt:
@@ -43,6 +51,28 @@ def run(
         raise typer.Exit(130) from None
     typer.echo(summary_table(result.summary))
     typer.echo(f"run directory: {result.out_dir}")
+    _exit_on_failed_rounds({str(result.out_dir): result.summary})
+
+
+def _exit_on_failed_rounds(summaries: dict[str, dict]) -> None:
+    """Exit with status 3 when a run had rounds in which no valid client reply was aggregated."""
+    bad = {where: s["failed_rounds"] for where, s in summaries.items() if s.get("failed_rounds")}
+    for where, rounds in bad.items():
+        typer.echo(f"warning: {where}: {len(rounds)} round(s) aggregated no valid client reply "
+                   f"(rounds {', '.join(map(str, rounds[:10]))}{' ...' if len(rounds) > 10 else ''}); "
+                   "see its run.log", err=True)
+    if bad:
+        raise typer.Exit(FAILED_ROUNDS_EXIT)
+
+
+def _int_list(option: str, text: str) -> list[int]:
+    try:
+        values = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise FedwearError(f"{option} {text!r}: expected comma-separated integers, e.g. {option} 0,1,2") from None
+    if not values:
+        raise FedwearError(f"{option}: give at least one value, e.g. {option} 0")
+    return values
 
 
 @app.command()
@@ -53,10 +83,15 @@ def compare(
     set_: SetOpt = None,
     out: Annotated[Path | None, typer.Option(help="folder for the runs and the table")] = None,
     select: Annotated[str, typer.Option(help="final or best")] = "final",
+    jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (processes); threads are split between them")] = 1,
+    overwrite: Annotated[bool, typer.Option(help="redo every run (default: reuse finished runs, resume unfinished ones)")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
-    """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV)."""
-    from fedwear.api import run as run_api
+    """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV).
+
+    Into an existing folder, finished runs of the same config are reused and unfinished ones
+    resume from their checkpoints, so an interrupted comparison continues with the same command.
+    """
     from fedwear.config import load_config
     from fedwear.report.tables import comparison_table
 
@@ -65,25 +100,58 @@ def compare(
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
         names = [m.strip() for m in methods.split(",") if m.strip()]
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        if not names:
+            raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
+        seed_list = _int_list("--seeds", seeds)
         base = load_config(config, set_ or [])
         root = out or Path("runs") / f"compare-{Path(config).stem}"
-        summaries: dict[str, list[dict]] = {}
-        for name in names:
-            load_config(config, [*(set_ or []), f"method={name}"])  # validate every method up front
+        if root.exists() and not root.is_dir():
+            raise FedwearError(f"{root} is a file, not a folder: pass --out with a folder path")
+        threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
+        runs = []
         for name in names:
             for seed in seed_list:
-                cfg = load_config(config, [*(set_ or []), f"method={name}", f"seed={seed}"])
-                res = run_api(cfg, root / f"{name}-s{seed}", quiet=quiet)
-                summaries.setdefault(name, []).append(res.summary)
+                sets = [*(set_ or []), f"method={name}", f"seed={seed}"]
+                if threads and base.threads is None:
+                    sets.append(f"threads={threads}")
+                runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
+        done = _run_all(runs, jobs, overwrite, quiet)
+        summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
         md, frame = comparison_table(summaries, select, base)
-    except (FedwearError, ValueError) as e:
+    except FedwearError as e:
         fail(e)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: continue with the same command (finished runs are reused)", err=True)
+        raise typer.Exit(130) from None
     root.mkdir(parents=True, exist_ok=True)
     (root / "table.md").write_text(md + "\n")
     frame.to_csv(root / "table.csv", index=False)
     typer.echo(md)
     typer.echo(f"\ntable: {root / 'table.md'} and {root / 'table.csv'}")
+    _exit_on_failed_rounds({str(where): s for where, s in done.items()})
+
+
+def _run_one(cfg, out: Path, overwrite: bool, quiet: bool) -> dict:
+    from fedwear.api import run as run_api
+
+    return run_api(cfg, out, resume=not overwrite, overwrite=overwrite, quiet=quiet).summary
+
+
+def _run_all(runs: list, jobs: int, overwrite: bool, quiet: bool) -> dict[Path, dict]:
+    """Run folder -> summary; with ``jobs > 1`` in separate processes (spawned, so each run's
+    numbers equal those of a run on its own), reporting each run as it ends."""
+    if jobs == 1:
+        return {where: _run_one(cfg, where, overwrite, quiet) for _, cfg, where in runs}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    out = {}
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_run_one, cfg, where, overwrite, True): where for _, cfg, where in runs}
+        for k, future in enumerate(as_completed(futures), 1):
+            out[futures[future]] = future.result()
+            typer.echo(f"[{k}/{len(runs)}] done: {futures[future]}", err=True)
+    return out
 
 
 @app.command("methods")
