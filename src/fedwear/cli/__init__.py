@@ -11,6 +11,7 @@ import typer
 from fedwear.cli.common import SetOpt, console_logging, fail
 from fedwear.cli.data import data_app
 from fedwear.cli.flower import flower_app
+from fedwear.cli.reference import config_reference
 from fedwear.cli.report import report
 from fedwear.errors import FedwearError
 
@@ -18,6 +19,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized
 app.add_typer(data_app, name="data")
 app.add_typer(flower_app, name="flower")
 app.command("report")(report)
+app.command("config-reference")(config_reference)
 
 
 OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]
