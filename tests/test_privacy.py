@@ -54,5 +54,5 @@ def test_runs_are_reproducible_and_record_the_parameters(tmp_path):
 
 @pytest.mark.parametrize("method", ["local", "centralized"])
 def test_methods_without_mean_aggregation_are_refused(method):
-    with pytest.raises(ConfigError, match="privacy.dp=central"):
+    with pytest.raises(ConfigError, match="privacy.dp needs a method whose server averages"):
         method_and_data(method=method, **{"privacy.dp": "central"})
