@@ -1,11 +1,13 @@
 """A real Flower deployment on loopback: SuperLink + SuperNodes with TLS, started as processes.
 
-Each SuperNode holds one USC-HAD subject only. Slow (each Flower message starts a process).
+Each SuperNode holds one USC-HAD subject only (one synthetic client in the authentication
+test). Slow (each Flower message starts a process).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,6 +67,52 @@ def kill(p: subprocess.Popen, sig: int) -> None:
         os.killpg(p.pid, sig)
 
 
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                kids.append(int(stat.parent.name))
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, their children, and so on."""
+    kids = children(pid)
+    return kids + [d for k in kids for d in descendants(k)]
+
+
+def alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_flower_process(pid: int) -> None:
+    """SIGKILL ``pid`` if it is still one of Flower's processes (not a reused pid)."""
+    with suppress(OSError):
+        if alive(pid) and b"flower" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.time() + timeout
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
 @pytest.fixture
 def deployment(tmp_path, data_root):
     """Three USC-HAD subjects, one per SuperNode root; a TLS SuperLink; the config."""
@@ -103,10 +151,17 @@ def start_federation(start, tmp_path, cfg_path, roots, certs) -> tuple[str, list
     return f"127.0.0.1:{port}", nodes
 
 
-def serve(start, tmp_path, cfg_path, superlink, certs, out) -> subprocess.Popen:
-    return start([*FEDWEAR, "flower", "serve", str(cfg_path), "--out", str(out), "--nodes", "3",
+def serve(start, tmp_path, cfg_path, superlink, certs, out, nodes: int = 3) -> subprocess.Popen:
+    return start([*FEDWEAR, "flower", "serve", str(cfg_path), "--out", str(out), "--nodes", str(nodes),
                   "--superlink", superlink, "--root-certificates", str(certs / "ca.crt")],
                  tmp_path / "serve.log", tmp_path / "h_serve")
+
+
+def assert_streamed(serve_log: Path, out: Path) -> None:
+    """``fedwear flower serve`` showed fedwear's per-round log lines and the run directory."""
+    text = serve_log.read_text()
+    assert re.search(r"^INFO: round 1\b", text, re.M), text[-3000:]
+    assert f"run directory: {out.resolve()}" in text.splitlines(), text[-3000:]
 
 
 def test_tls_deployment_matches_sim(tmp_path, deployment):
@@ -116,6 +171,7 @@ def test_tls_deployment_matches_sim(tmp_path, deployment):
         superlink, _ = start_federation(start, tmp_path, cfg_path, roots, certs)
         server = serve(start, tmp_path, cfg_path, superlink, certs, out)
         assert server.wait(timeout=600) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    assert_streamed(tmp_path / "serve.log", out)
     ref = fedwear.run(cfg, tmp_path / "sim")
     a = ref.metrics
     b = pd.read_csv(out / "metrics.csv")
@@ -133,7 +189,8 @@ def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
     import pickle
 
     cfg, cfg_path, roots, certs = deployment
-    secure = cfg.model_copy(update={"rounds": 2, "evaluation": cfg.evaluation.model_copy(update={"every": 2}),
+    secure = cfg.model_copy(update={"rounds": 2, "engine": "flower",  # secagg is refused for engine=sim
+                                    "evaluation": cfg.evaluation.model_copy(update={"every": 2}),
                                     "flower": cfg.flower.model_copy(update={"secagg": cfg.flower.secagg.model_copy(
                                         update={"enabled": True})})})
     cfg_path.write_text(dump_config(secure))
@@ -176,3 +233,103 @@ def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):
     assert ("no reply from node" in log or "Node Unavailable" in log) and "left out of aggregation" in log
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics[metrics["round"] == 3]["client"]) == {"s01", "s02"}
+
+
+# --- stopping fedwear stops its Flower process -------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+def test_stopping_fedwear_stops_its_flower_process(tmp_path, sig):
+    port = free_port()
+    with processes() as start:
+        link = start([*FEDWEAR, "flower", "superlink", "--insecure", "--port", str(port)],
+                     tmp_path / "link.log", tmp_path / "h_link")
+        wait_for(lambda: children(link.pid), 60, "flower-superlink to start")
+        wait_for(lambda: "Starting Flower SuperExec" in (tmp_path / "link.log").read_text(), 60,
+                 "the SuperLink to be up")
+        tree = descendants(link.pid)  # flower-superlink and its flower-superexec
+        assert len(tree) >= 2, tree
+        try:
+            os.kill(link.pid, sig)  # this process only, as `kill PID` does
+            code = link.wait(timeout=30)
+            left = [pid for pid in tree if not wait_gone(pid, 15)]
+            assert not left, f"Flower processes {left} outlived fedwear (signal {sig.name})"
+        finally:
+            for pid in tree:
+                kill_flower_process(pid)
+    if sig != signal.SIGKILL:
+        assert code >= 0, "fedwear died of the signal instead of passing it on"
+        assert "Application shutdown complete" in (tmp_path / "link.log").read_text(), "no clean shutdown"
+
+
+def test_flower_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"
+    script = (
+        "import sys\n"
+        "from fedwear.engines.flower_cli import run_foreground\n"
+        f"sys.exit(run_foreground([sys.executable, '-c', {stubborn!r}], {{}}, grace=1.0))\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        (child,) = children(p.pid)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=15) == 128 + signal.SIGKILL
+        assert wait_gone(child, 5)
+    finally:
+        kill(p, signal.SIGKILL)
+
+
+# --- SuperNode authentication ------------------------------------------------------------------
+
+
+def test_unregistered_supernode_is_refused_and_the_run_completes(tmp_path):
+    cfg = tiny_config(**{"rounds": 1, "clients_per_round": 2, "local_epochs": 1, "dataset.held_out": 0,
+                         "dataset.synthetic.num_subjects": 3, "flower.round_timeout": 120})
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(cfg))
+    certs, out = tmp_path / "certs", tmp_path / "run"
+    for cmd in (["certs", str(certs), "--nodes", "2"], ["node-keys", str(tmp_path / "keys"), "rogue"]):
+        res = subprocess.run([*FEDWEAR, "flower", *cmd], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    port = free_port()
+    with processes() as start:
+        start([*FEDWEAR, "flower", "superlink", "--certs", str(certs), "--node-keys", str(certs / "nodes"),
+               "--port", str(port)], tmp_path / "link.log", tmp_path / "h_link")
+        wait_for(lambda: (tmp_path / "link.log").read_text().count("registered SuperNode") == 2, 120,
+                 "the SuperLink to register node1 and node2")
+
+        def node(name: str, client: str, key: Path) -> subprocess.Popen:
+            return start([*FEDWEAR, "flower", "client", str(cfg_path), "--client", client, "--node-key", str(key),
+                          "--superlink", f"127.0.0.1:{port}", "--root-certificates", str(certs / "ca.crt"),
+                          "--port", str(free_port())], tmp_path / f"{name}.log", tmp_path / f"h_{name}")
+
+        node("node1", "s01", certs / "nodes" / "node1.key")
+        node("node2", "s02", certs / "nodes" / "node2.key")
+        rogue = node("rogue", "s03", tmp_path / "keys" / "rogue.key")
+        server = serve(start, tmp_path, cfg_path, f"127.0.0.1:{port}", certs, out, nodes=2)
+        assert rogue.wait(timeout=120) != 0, (tmp_path / "rogue.log").read_text()[-3000:]
+        assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
+        assert server.wait(timeout=300) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    assert_streamed(tmp_path / "serve.log", out)
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert set(metrics["client"]) == {"s01", "s02"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["superlink", "--insecure", "--node-keys", "KEYS"], "SuperNode authentication needs TLS"),
+    (["superlink", "--certs", "CERTS", "--node-keys", "MISSING"], "--node-keys"),
+    (["client", "CFG", "--root-certificates", "CERTS/ca.crt", "--node-key", "MISSING"], "--node-key"),
+    (["client", "CFG", "--root-certificates", "CERTS/ca.crt", "--node-key", "KEYS/n1.pub"], "--node-key"),
+])
+def test_auth_mistakes_are_one_line_errors(tmp_path, args, message):
+    certs, keys, cfg = tmp_path / "certs", tmp_path / "keys", tmp_path / "cfg.yaml"
+    cfg.write_text(dump_config(tiny_config()))
+    assert subprocess.run([*FEDWEAR, "flower", "certs", str(certs)], capture_output=True).returncode == 0
+    assert subprocess.run([*FEDWEAR, "flower", "node-keys", str(keys), "n1"], capture_output=True).returncode == 0
+    paths = {"CERTS": str(certs), "KEYS": str(keys), "CFG": str(cfg), "MISSING": str(tmp_path / "missing")}
+    argv = [re.sub(r"^(CERTS|KEYS|CFG|MISSING)", lambda m: paths[m.group(1)], a) for a in args]
+    res = subprocess.run([*FEDWEAR, "flower", *argv], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: ") and message in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr

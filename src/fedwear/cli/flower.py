@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -22,13 +24,41 @@ def _tls(ca: Path | None, insecure: bool) -> Path | None:
     return None if insecure else ca
 
 
+NodeKeyOpt = Annotated[Path | None, typer.Option(
+    "--node-key", help="this SuperNode's private key (SuperNode authentication; see fedwear flower node-keys)")]
+
+
 @flower_app.command("certs")
-def flower_certs(folder: Path, host: Annotated[list[str] | None, typer.Option(help="host names/IPs of the SuperLink")] = None) -> None:
+def flower_certs(
+    folder: Path,
+    host: Annotated[list[str] | None, typer.Option(help="host names/IPs of the SuperLink")] = None,
+    nodes: Annotated[int, typer.Option(min=0, help="also make N SuperNode key pairs in FOLDER/nodes (node1..nodeN)")] = 0,
+) -> None:
     """Make a local CA and a SuperLink certificate (for tests and trials; use real certificates in production)."""
-    from fedwear.engines.flower_cli import make_certs
+    from fedwear.engines.flower_cli import make_certs, make_node_keys
 
     try:
         files = make_certs(folder, host or ["localhost", "127.0.0.1"])
+        files += make_node_keys(folder / "nodes", [f"node{i}" for i in range(1, nodes + 1)])
+    except FedwearError as e:
+        fail(e)
+    typer.echo("\n".join(str(f) for f in files))
+
+
+@flower_app.command("node-keys")
+def flower_node_keys(
+    folder: Path,
+    names: Annotated[list[str], typer.Argument(help="one key pair per name: NAME.key (private) and NAME.pub")],
+) -> None:
+    """Make SuperNode key pairs for SuperNode authentication (existing ones are kept).
+
+    Give NAME.key to that SuperNode only (fedwear flower client --node-key) and NAME.pub to the
+    SuperLink (fedwear flower superlink --node-keys).
+    """
+    from fedwear.engines.flower_cli import make_node_keys
+
+    try:
+        files = make_node_keys(folder, names)
     except FedwearError as e:
         fail(e)
     typer.echo("\n".join(str(f) for f in files))
@@ -46,18 +76,43 @@ def flower_app_cmd(folder: Path) -> None:
 def flower_superlink(
     certs: Annotated[Path | None, typer.Option(help="folder with ca.crt, server.crt, server.key")] = None,
     insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
+    node_keys: Annotated[list[Path] | None, typer.Option(
+        "--node-keys", help="SuperNode authentication: only SuperNodes with these public keys (a .pub file "
+        "or a folder of them; repeatable) may connect")] = None,
     host: str = "127.0.0.1",
     port: int = 8000,
 ) -> None:
-    """Start Flower's SuperLink (TLS with --certs)."""
+    """Start Flower's SuperLink (TLS with --certs; SuperNode authentication with --node-keys)."""
     from fedwear.engines.flower_cli import superlink_command
 
     def command() -> list[str]:
         if certs is None and not insecure:
             raise FedwearError("give --certs DIR (see fedwear flower certs) or --insecure")
-        return superlink_command(None if insecure else certs, host, port)
+        return superlink_command(None if insecure else certs, host, port, node_auth=bool(node_keys))
 
-    _run_flower_process(command, f"superlink-{port}")
+    register = _registrar(node_keys, certs, host, port) if node_keys else None
+    _run_flower_process(command, f"superlink-{port}", register)
+
+
+def _registrar(node_keys: list[Path], certs: Path | None, host: str,
+               port: int) -> Callable[[subprocess.Popen], None]:
+    """What registers the SuperNodes' public keys once the SuperLink process has started."""
+    from fedwear.engines.flower_cli import (
+        default_home,
+        node_public_keys,
+        register_nodes,
+        superlink_cert_files,
+    )
+
+    def register(link: subprocess.Popen) -> None:
+        keys = node_public_keys(node_keys)
+        ca = superlink_cert_files(certs)[0] if certs is not None else None
+        if ca is None:
+            raise FedwearError("SuperNode authentication needs TLS: give --certs DIR")
+        for key, node_id in register_nodes(keys, host, port, ca, default_home(f"register-{port}"), link):
+            typer.echo(f"registered SuperNode {node_id}: {key}", err=True)
+
+    return register
 
 
 @flower_app.command("client")
@@ -70,25 +125,29 @@ def flower_client(
     ca: CaOpt = None,
     insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
     port: Annotated[int, typer.Option(help="this node's local API port (unique per node on one host)")] = 9094,
+    node_key: NodeKeyOpt = None,
 ) -> None:
     """Start a SuperNode that plays one client with its own data only."""
     from fedwear.engines.flower_cli import supernode_command
 
     _run_flower_process(
-        lambda: supernode_command(config, superlink, _tls(ca, insecure), port, data_root, client, role),
+        lambda: supernode_command(config, superlink, _tls(ca, insecure), port, data_root, client, role, node_key),
         f"node-{port}",
     )
 
 
-def _run_flower_process(command, home_tag: str) -> None:
-    """Build a Flower command (user errors: one line) and run it in the foreground, own FLWR_HOME."""
+def _run_flower_process(command: Callable[[], list[str]], home_tag: str,
+                        after_start: Callable[[subprocess.Popen], None] | None = None) -> None:
+    """Build a Flower command (user errors: one line), run it as a child with its own FLWR_HOME
+    (signals forwarded to it) and exit with its status."""
     from fedwear.engines.flower_cli import default_home, flower_env, run_foreground
 
     try:
         cmd = command()
+        code = run_foreground(cmd, flower_env(default_home(home_tag)), after_start)
     except FedwearError as e:
         fail(e)
-    raise typer.Exit(run_foreground(cmd, flower_env(default_home(home_tag))))
+    raise typer.Exit(code)
 
 
 @flower_app.command("serve")
@@ -101,17 +160,37 @@ def flower_serve(
     insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
 ) -> None:
     """Run CONFIG on a running SuperLink and its SuperNodes; streams the run's log."""
-    from fedwear.engines.flower_cli import default_home, run_foreground, serve_command
+    from fedwear.engines.flower_cli import default_home, run_child, serve_command
 
     try:
         cmd, env = serve_command(config, out, nodes, superlink, _tls(ca, insecure), default_home("serve"))
     except FedwearError as e:
         fail(e)
-    code = run_foreground(cmd, env)
-    if code == 0 and (out / "summary.json").exists():
-        from fedwear.report.tables import summary_table
-
-        typer.echo(summary_table(json.loads((out / "summary.json").read_text())))
+    code, stopped = run_child(cmd, env)
+    if stopped:
+        typer.echo("stopped following the run; the run itself goes on on the SuperLink", err=True)
+    elif code == 0:
+        code = _report(out, superlink)
     raise typer.Exit(code)
 
 
+def _report(out: Path, superlink: str) -> int:
+    """Print the summary table and the run directory; 1 if a local run did not finish.
+
+    ``flwr run`` exits with 0 however the run ended, and the ServerApp writes the run directory
+    on the SuperLink's machine: its summary is checked only when that machine is this one.
+    """
+    from fedwear.engines.flower_cli import is_loopback
+
+    summary = out / "summary.json"
+    if not summary.exists():
+        if is_loopback(superlink):
+            typer.echo(f"error: the run did not finish: see the log above and {out.resolve() / 'run.log'}", err=True)
+            return 1
+        typer.echo(f"run directory (on the SuperLink's machine): {out.resolve()}")
+        return 0
+    from fedwear.report.tables import summary_table
+
+    typer.echo(summary_table(json.loads(summary.read_text())))
+    typer.echo(f"run directory: {out.resolve()}")
+    return 0

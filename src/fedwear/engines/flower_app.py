@@ -18,6 +18,7 @@ from fedwear.engines.flower import ClientSlot, build_slots, make_client_app
 from fedwear.errors import FedwearError
 
 server_app = ServerApp()
+STREAM_FORMAT = "%(levelname)s: %(message)s"
 
 
 @server_app.main()
@@ -25,8 +26,25 @@ def _serve(grid, context) -> None:
     from fedwear.api import serve
 
     rc = context.run_config
-    logging.getLogger("fedwear").addHandler(logging.StreamHandler())
+    stream_log()
     serve(str(rc["config"]), str(rc["out"]), grid, nodes=int(rc.get("nodes", 1)) or None)
+
+
+def stream_log() -> None:
+    """fedwear's log from INFO up on stderr, attached once.
+
+    The ServerApp process mirrors its stdout and stderr to the SuperLink, and ``flwr run
+    --stream`` shows them (https://flower.ai/docs/framework/ref-api-cli.html#flwr-run), so the
+    per-round lines reach ``fedwear flower serve``.
+    """
+    log = logging.getLogger("fedwear")
+    log.setLevel(logging.INFO)
+    if not any(getattr(h, "_fedwear_stream", False) for h in log.handlers):
+        h = logging.StreamHandler()
+        h.setLevel(logging.INFO)
+        h.setFormatter(logging.Formatter(STREAM_FORMAT))
+        h._fedwear_stream = True  # type: ignore[attr-defined]
+        log.addHandler(h)
 
 
 @cache
@@ -35,7 +53,7 @@ def node_slot(config: str, data_root: str, client: str, role: str) -> ClientSlot
     from fedwear.config import load_config
 
     sets = [f"dataset.root={data_root}"] if data_root else []
-    cfg = load_config(config, [*sets, "dataset.held_out=0"])
+    cfg = load_config(config, [*sets, "dataset.held_out=0", "engine=flower"])  # a deployment's node
     slots, _ = build_slots(cfg, with_pooled_test=False)
     if client:
         chosen = [s for s in slots if s.client_id == client]
