@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
-from fedwear.config import RunConfig
-from fedwear.errors import FedwearError
+from fedwear.config import RunConfig, load_config
+from fedwear.errors import ConfigError, FedwearError
 
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,
@@ -98,9 +98,6 @@ def last_round(rounds_csv: Path) -> int:
 
 
 def _config_hash(out: Path) -> str | None:
-    from fedwear.config import load_config
-    from fedwear.errors import ConfigError
-
     try:
         return load_config(out / "config.yaml").hash()
     except ConfigError:
