@@ -95,7 +95,13 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
     """Run as a Flower ServerApp against ``grid`` (deployment): the server holds no data."""
     from fedwear.engines.flower import GridExecutor, roster_from_nodes
 
-    cfg = as_config(config).model_copy(update={"engine": "flower"})
+    if isinstance(config, RunConfig):
+        cfg = config.model_copy(update={"engine": "flower"})
+        check_consistency(cfg)
+    elif isinstance(config, dict):
+        cfg = load_config(data=config, overrides=["engine=flower"])
+    else:
+        cfg = load_config(config, ["engine=flower"])
     out = Path(out_dir)
     rundir.plan(cfg, out, resume=False, overwrite=overwrite)
     executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
