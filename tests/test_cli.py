@@ -191,3 +191,11 @@ def test_compare_in_parallel_equals_serial(cfg_file, tmp_path):
     for run in ("fedavg-s0", "local-s1"):
         a = (tmp_path / "serial" / run / "metrics.csv").read_bytes()
         assert a == (tmp_path / "par" / run / "metrics.csv").read_bytes()
+
+
+def test_flower_serve_refuses_a_folder_holding_a_run(cfg_file, tmp_path):
+    out = tmp_path / "run"
+    assert fedwear("run", str(cfg_file), "--out", str(out), "--quiet").returncode == 0
+    res = fedwear("flower", "serve", str(cfg_file), "--out", str(out), "--nodes", "1", "--insecure",
+                  "--superlink", "127.0.0.1:9")
+    assert_one_line_error(res, "already holds a run", "--overwrite")

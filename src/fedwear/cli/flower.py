@@ -158,12 +158,19 @@ def flower_serve(
     superlink: Annotated[str, typer.Option(help="SuperLink address host:port")] = "127.0.0.1:8000",
     ca: CaOpt = None,
     insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
+    overwrite: Annotated[bool, typer.Option(help="replace the run already in --out")] = False,
 ) -> None:
     """Run CONFIG on a running SuperLink and its SuperNodes; streams the run's log."""
-    from fedwear.engines.flower_cli import default_home, run_child, serve_command
+    from fedwear.engines.flower_cli import default_home, is_loopback, run_child, serve_command
 
     try:
-        cmd, env = serve_command(config, out, nodes, superlink, _tls(ca, insecure), default_home("serve"))
+        if is_loopback(superlink) and config.is_file():  # the run directory is on this machine
+            from fedwear import rundir
+            from fedwear.config import load_config
+
+            rundir.plan(load_config(config, ["engine=flower"]), out, resume=False, overwrite=overwrite)
+        cmd, env = serve_command(config, out, nodes, superlink, _tls(ca, insecure), default_home("serve"),
+                                 overwrite)
     except FedwearError as e:
         fail(e)
     code, stopped = run_child(cmd, env)

@@ -27,7 +27,8 @@ def _serve(grid, context) -> None:
 
     rc = context.run_config
     stream_log()
-    serve(str(rc["config"]), str(rc["out"]), grid, nodes=int(rc.get("nodes", 1)) or None)
+    serve(str(rc["config"]), str(rc["out"]), grid, nodes=int(rc.get("nodes", 1)) or None,
+          overwrite=bool(rc.get("overwrite", False)))
 
 
 def stream_log() -> None:

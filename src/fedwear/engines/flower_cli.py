@@ -40,6 +40,7 @@ clientapp = "fedwear.engines.flower_app:client_app"
 config = ""
 out = "runs/flower"
 nodes = 1
+overwrite = false
 """
 
 QUIET_ENV = {
@@ -254,13 +255,14 @@ def connection_env(home: Path, superlink: str, ca: Path | None) -> dict[str, str
 
 
 def serve_command(config: Path, out: Path, nodes: int, superlink: str, ca: Path | None,
-                  home: Path) -> tuple[list[str], dict[str, str]]:
+                  home: Path, overwrite: bool = False) -> tuple[list[str], dict[str, str]]:
     """``flwr run`` of fedwear's app against ``superlink``, with a connection in its own FLWR_HOME."""
     if not config.is_file():
         raise FedwearError(f"{config}: config file not found")
     app = write_app(home / "app")
     env = connection_env(home, superlink, ca)
-    run_config = f"config='{config.resolve()}' out='{out.resolve()}' nodes={nodes}"
+    run_config = (f"config='{config.resolve()}' out='{out.resolve()}' nodes={nodes} "
+                  f"overwrite={str(overwrite).lower()}")
     return [_tool("flwr"), "run", str(app), "fedwear", "--run-config", run_config, "--stream"], env
 
 
