@@ -46,7 +46,8 @@ def processes():
     def start(args: list[str], log: Path, home: Path) -> subprocess.Popen:
         env = {**os.environ, "TMPDIR": str(home)}  # fedwear's FLWR_HOME folders go under TMPDIR
         home.mkdir(parents=True, exist_ok=True)
-        p = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        p = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                             preexec_fn=_default_signals)
         procs.append(p)
         return p
 
@@ -60,6 +61,13 @@ def processes():
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 kill(p, signal.SIGKILL)
+
+
+def _default_signals() -> None:
+    """Start as from a terminal: a test run in the background (``nohup``, ``&`` in a script)
+    would otherwise pass on SIGHUP/SIGINT as ignored, and fedwear rightly keeps them ignored."""
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def kill(p: subprocess.Popen, sig: int) -> None:

@@ -26,7 +26,8 @@ def test_readme_first_command_runs_on_the_bundled_subset(tmp_path):
 def test_quickstart_order(tmp_path):
     def run(method: str) -> dict:
         cfg = load_config("configs/quickstart.yaml",
-                          [f"method={method}", "rounds=15", f"dataset.cache_dir={tmp_path / 'cache'}"])
+                          [f"method={method}", "rounds=15", "evaluation.every=15",
+                           f"dataset.cache_dir={tmp_path / 'cache'}"])
         return fedwear.run(cfg, tmp_path / method).summary["final"]
 
     fedavg, local, central = run("fedavg"), run("local"), run("centralized")
@@ -36,6 +37,6 @@ def test_quickstart_order(tmp_path):
 
 
 def test_synthetic_config_runs_as_is(tmp_path):
-    cfg = load_config("configs/synthetic.yaml", ["rounds=5", "dataset.cache_dir=null"])
+    cfg = load_config("configs/synthetic.yaml", ["method=centralized", "rounds=5", "dataset.cache_dir=null"])
     final = fedwear.run(cfg, tmp_path).summary["final"]
-    assert 0.3 < final["global"]["accuracy"] < 0.95  # learnable, not trivial
+    assert 0.5 < final["global"]["accuracy"] < 0.95  # learnable (chance is 1/6), not trivial
