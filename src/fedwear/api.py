@@ -12,7 +12,7 @@ import torch
 
 from fedwear import rundir
 from fedwear.callbacks import Checkpointer, CsvSink, EarlyStopping, Progress, RunLog
-from fedwear.config import RunConfig, check_consistency, dump_config, load_config
+from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
 from fedwear.data.types import FederatedData
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
@@ -22,6 +22,7 @@ from fedwear.methods import Task, build_method
 from fedwear.version import __version__
 
 log = logging.getLogger("fedwear")
+
 
 @dataclass
 class Result:
@@ -37,11 +38,13 @@ def default_out_dir(cfg: RunConfig) -> Path:
     return Path("runs") / f"{cfg.dataset.name}-{cfg.method}-s{cfg.seed}-{cfg.hash()[:8]}"
 
 
-def as_config(config: RunConfig | str | Path | dict) -> RunConfig:
+def as_config(config: RunConfig | str | Path | dict, *overrides: str) -> RunConfig:
+    """A validated config (all cross-key checks included) with ``key=value`` overrides applied."""
     if isinstance(config, RunConfig):
-        check_consistency(config)
-        return config
-    return load_config(data=config) if isinstance(config, dict) else load_config(config)
+        config = config.model_dump(mode="json")
+    if isinstance(config, dict):
+        return load_config(data=config, overrides=list(overrides))
+    return load_config(config, list(overrides))
 
 
 def run(
@@ -95,13 +98,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
     """Run as a Flower ServerApp against ``grid`` (deployment): the server holds no data."""
     from fedwear.engines.flower import GridExecutor, roster_from_nodes
 
-    if isinstance(config, RunConfig):
-        cfg = config.model_copy(update={"engine": "flower"})
-        check_consistency(cfg)
-    elif isinstance(config, dict):
-        cfg = load_config(data=config, overrides=["engine=flower"])
-    else:
-        cfg = load_config(config, ["engine=flower"])
+    cfg = as_config(config, "engine=flower")
     out = Path(out_dir)
     rundir.plan(cfg, out, resume=False, overwrite=overwrite)
     executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
