@@ -174,6 +174,8 @@ def assert_streamed(serve_log: Path, out: Path) -> None:
 
 def test_tls_deployment_matches_sim(tmp_path, deployment):
     cfg, cfg_path, roots, certs = deployment
+    cfg = cfg.model_copy(update={"rounds": 2, "evaluation": cfg.evaluation.model_copy(update={"every": 2})})
+    cfg_path.write_text(dump_config(cfg))  # two rounds (client state carried over), one evaluation
     out = tmp_path / "run"
     with processes() as start:
         superlink, _ = start_federation(start, tmp_path, cfg_path, roots, certs)
@@ -218,7 +220,8 @@ def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
 def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):
     cfg, cfg_path, roots, certs = deployment
     cfg_path.write_text(dump_config(cfg.model_copy(update={
-        "rounds": 3, "flower": cfg.flower.model_copy(update={"round_timeout": 90.0, "min_replies": 0.5})})))
+        "rounds": 3, "evaluation": cfg.evaluation.model_copy(update={"every": 3}),
+        "flower": cfg.flower.model_copy(update={"round_timeout": 90.0, "min_replies": 0.5})})))
     out = tmp_path / "run"
     with processes() as start:
         superlink, nodes = start_federation(start, tmp_path, cfg_path, roots, certs)
