@@ -11,3 +11,18 @@ class ConfigError(FedwearError):
 
 class DataError(FedwearError):
     """Missing, corrupt or unusable data files."""
+
+
+def validate_options(options_model, raw: dict | None, where: str, owner: str | None = None):
+    """``options_model(**raw)``, or a one-line ConfigError naming ``<where>.<key>`` and the
+    options (of ``owner``, when given) (shared by method options and model options)."""
+    from pydantic import ValidationError
+
+    try:
+        return options_model(**(raw or {}))
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        allowed = ", ".join(options_model.model_fields) or "none"
+        label = f"options of {owner}" if owner else "options"
+        raise ConfigError(f"{where}.{key}: {err['msg']} (got {err.get('input')!r}; {label}: {allowed})") from None

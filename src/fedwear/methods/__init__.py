@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
-from fedwear.errors import ConfigError
+from fedwear.errors import ConfigError, validate_options
 from fedwear.methods.api import Method, Options, Record, Task
 from fedwear.methods.centralized import Centralized
 from fedwear.methods.fedavg import FedAvg
@@ -22,16 +20,7 @@ def method_class(name: str) -> type[Method]:
 
 def parse_options(name: str, raw: dict | None) -> Options:
     """Validate ``method_options.<name>`` against the method's Options model."""
-    cls = method_class(name)
-    try:
-        return cls.Options(**(raw or {}))
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        allowed = ", ".join(cls.Options.model_fields) or "none"
-        raise ConfigError(
-            f"method_options.{name}.{key}: {err['msg']} (got {err.get('input')!r}; options: {allowed})"
-        ) from None
+    return validate_options(method_class(name).Options, raw, f"method_options.{name}")
 
 
 def build_method(task: Task) -> Method:

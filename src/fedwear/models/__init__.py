@@ -9,9 +9,8 @@ model), so ``model.options`` is validated per model when a config is loaded.
 from __future__ import annotations
 
 import torch
-from pydantic import ValidationError
 
-from fedwear.errors import ConfigError
+from fedwear.errors import ConfigError, validate_options
 from fedwear.models.base import ModelOptions, SplitModel
 from fedwear.models.cnn import SmallCNN
 from fedwear.models.harcnn import HARCNN
@@ -27,16 +26,7 @@ def model_class(name: str) -> type[SplitModel]:
 
 def parse_model_options(name: str, raw: dict | None) -> ModelOptions:
     """Validate ``model.options`` against the model's Options; one-line ConfigError otherwise."""
-    cls = model_class(name)
-    try:
-        return cls.Options(**(raw or {}))
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        allowed = ", ".join(cls.Options.model_fields) or "none"
-        raise ConfigError(
-            f"model.options.{key}: {err['msg']} (got {err.get('input')!r}; options of {name}: {allowed})"
-        ) from None
+    return validate_options(model_class(name).Options, raw, "model.options", name)
 
 
 def build_model(name: str, window: int, channels: int, num_classes: int, **options) -> SplitModel:
