@@ -158,7 +158,7 @@ def test_method_guide_runs(sandbox):
         assert run.summary["final"]["personalized"]["accuracy"] > 1 / 3, name  # 3 classes
     avg, per, ntd = runs["fedavg"].summary, runs["fedper"].summary, runs["fedntd"].summary
     # the personal part never leaves a client: exactly the head's bytes are missing per reply
-    task = Task(tiny_config(method="fedper"), window=32, channels=3, num_classes=3)
+    task = Task(tiny_config(method="fedper"), window=32, channels=3, num_classes=3, num_clients=4)
     head = model_arrays(fedper(task, fedper.Options()).model, fedper.personal)
     replies = 2 * 3  # rounds x clients_per_round of tiny_config
     assert per["bytes_up"] < avg["bytes_up"]

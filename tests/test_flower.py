@@ -43,15 +43,15 @@ def test_record_round_trip_keeps_names_dtypes_and_scalars():
 
 
 def test_rows_round_trip():
-    rows = [{"view": "global", "split": "test", "n": 5, "accuracy": 0.4, "macro_f1": 0.3, "auc": float("nan")}]
+    rows = [{"view": "global", "split": "test", "n": 5, "n_train": 9, "accuracy": 0.4, "macro_f1": 0.3, "auc": float("nan")}]
     back = rows_from_content(rows_to_content(rows))
-    assert back[0]["view"] == "global" and back[0]["n"] == 5 and np.isnan(back[0]["auc"])
+    assert back[0]["view"] == "global" and back[0]["n"] == 5 and back[0]["n_train"] == 9 and np.isnan(back[0]["auc"])
     assert rows_from_content(rows_to_content([])) == []
 
 
 def roster_of(cfg) -> tuple:
     data = load_federated(cfg.dataset, cfg.seed)
-    method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
+    method = build_method(Task.of(cfg, data))
     roster = Roster.of(method, data)
     return method, roster, list(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
 

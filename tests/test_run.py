@@ -15,6 +15,7 @@ import pytest
 
 import fedwear
 from fedwear.engines.runner import Callback
+from fedwear.evaluation.predictor import Predictor
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import FedAvg
 from tests.helpers import tiny_config
@@ -120,7 +121,7 @@ def test_bytes_are_the_sum_of_message_arrays(tmp_path):
     # evaluation: 6 training + 2 new clients each get their message and the global model; they
     # reply 4 numbers (n, accuracy, macro_f1, auc) per row: 3 views x 6 clients + 2 new-client rows
     assert (rounds["eval_bytes_down"] == 8 * 2 * model_bytes).all()
-    assert (rounds["eval_bytes_up"] == (3 * 6 + 2) * 4 * 8).all()
+    assert (rounds["eval_bytes_up"] == (3 * 6 + 2) * 5 * 8).all()  # n, n_train and 3 metrics
     assert res.summary["eval_bytes_down"] == cfg.rounds * 8 * 2 * model_bytes
     local = fedwear.run(tiny_config(method="local"), tmp_path / "b").summary
     assert local["bytes_up"] == local["bytes_down"] == local["eval_bytes_down"] == 0
@@ -211,34 +212,31 @@ def test_early_stopping_ends_the_run_and_checkpoints_it(tmp_path):
     assert load_checkpoint(tmp_path / "checkpoint.pkl")["round"] == last
 
 
-def test_shared_generalization_results_equal_computing_each(tmp_path, monkeypatch):
-    """Clients with identical models share one generalization result; it equals computing each."""
+def test_evaluation_runs_each_distinct_body_once_and_equals_computing_each(tmp_path, monkeypatch):
+    """Equal models share forward passes across views and clients; the metrics equal computing each."""
     from fedwear.engines import sim
-    from fedwear.engines.client import SharedResults
+    from fedwear.engines.client import EvalCache
 
-    calls = {"computed": 0, "asked": 0}
+    made: list[EvalCache] = []
 
-    class Counting(SharedResults):
-        def get(self, round, key, compute):
-            calls["asked"] += 1
+    class Counting(EvalCache):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
 
-            def counted():
-                calls["computed"] += 1
-                return compute()
+    class NoSharing(EvalCache):
+        def logits(self, round, pred, w, batch_size):
+            return super().logits(round, Predictor(pred), w, batch_size)  # no keys: nothing shared
 
-            return super().get(round, key, counted)
-
-    class NoSharing(SharedResults):
-        def get(self, round, key, compute):
-            return compute()
-
-    monkeypatch.setattr(sim, "SharedResults", Counting)
+    monkeypatch.setattr(sim, "EvalCache", Counting)
     shared = fedwear.run(tiny_config(), tmp_path / "shared")
-    assert calls["asked"] == 3 * 6 and calls["computed"] == 3  # 6 clients, 3 rounds, one global model
-    monkeypatch.setattr(sim, "SharedResults", NoSharing)
+    # per round one global model: each client's own test set once (personalized = global view),
+    # the pooled test set once (generalization); new clients keep their own (adapted = global) model
+    assert made[-1].forwards == 3 * (6 + 1)
+    monkeypatch.setattr(sim, "EvalCache", NoSharing)
     each = fedwear.run(tiny_config(), tmp_path / "each")
     assert (shared.out_dir / "metrics.csv").read_bytes() == (each.out_dir / "metrics.csv").read_bytes()
-    monkeypatch.setattr(sim, "SharedResults", Counting)
-    calls.update(computed=0, asked=0)
+    monkeypatch.setattr(sim, "EvalCache", Counting)
     fedwear.run(tiny_config(method="local"), tmp_path / "local")
-    assert calls["computed"] == calls["asked"]  # personal models differ: nothing shared
+    # personal models differ: own test for personalized, pooled for generalization, per client
+    assert made[-1].forwards == 3 * 6 * 2

@@ -72,7 +72,7 @@ def run(
         torch.set_num_threads(cfg.threads)
     # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
+    method = build_method(Task.of(cfg, data))
     roster = Roster.of(method, data)
     cbs = _start_out_dir(cfg, out, quiet, callbacks, fresh=plan.checkpoint is None)
     try:
@@ -126,7 +126,8 @@ def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callb
     (out / "config.yaml").write_text(dump_config(cfg))
     cbs: list[Callback] = [RunLog(), CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *(callbacks or [])]
     if cfg.evaluation.patience:
-        cbs.insert(0, EarlyStopping(cfg.evaluation.best_metric, cfg.evaluation.patience))
+        ev = cfg.evaluation
+        cbs.insert(0, EarlyStopping(ev.best_metric, ev.patience, ev.best_statistic, ev.client_weights))
     if not quiet:
         cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}"))
     return cbs

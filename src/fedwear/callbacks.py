@@ -17,9 +17,9 @@ import numpy as np
 
 from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.errors import FedwearError
-from fedwear.evaluation.metrics import summarize
+from fedwear.evaluation.metrics import LOWER_IS_BETTER, rows_summary
 
-METRIC_COLUMNS = ["round", "client", "view", "split", "n", "accuracy", "macro_f1", "auc"]
+METRIC_COLUMNS = ["round", "client", "view", "split", "n", "n_train", "accuracy", "macro_f1", "auc"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
                  "train_loss", "eval_bytes_down", "eval_bytes_up"]
 CHECKPOINT = "checkpoint.pkl"
@@ -131,32 +131,35 @@ class RunLog(Callback):
                  runner.cfg.rounds, len(info.clients), info.train_loss, info.bytes_down, info.bytes_up,
                  info.wall_s, "" if info.aggregated else ", NOT aggregated")
         heads = []
+        how = runner.cfg.evaluation.client_weights
         for view in ("personalized", "generalization", "global", "new_clients"):
             rows = [r for r in info.rows if r["view"] == view and r["split"] == "test"]
             if rows:
-                n = np.array([r["n"] for r in rows])
-                acc = summarize(np.array([r["accuracy"] for r in rows]), n)["weighted"]
-                f1 = summarize(np.array([r["macro_f1"] for r in rows]), n)["weighted"]
+                acc = rows_summary(rows, "accuracy", how)["weighted"]
+                f1 = rows_summary(rows, "macro_f1", how)["weighted"]
                 heads.append(f"{view} acc {acc:.4f} f1 {f1:.4f}")
         if heads:
-            log.info("round %d evaluation (test, weighted over clients): %s", info.round, "; ".join(heads))
+            log.info("round %d evaluation (test, %s-weighted over clients): %s", info.round, how, "; ".join(heads))
 
     def on_end(self, runner: Runner) -> None:
         log.info("end: %s", "stopped early" if runner.stop else "finished")
 
 
 class EarlyStopping(Callback):
-    """Stops when ``view.metric`` (weighted, test split) has not improved for ``patience`` evaluations."""
+    """Stops when ``view.metric`` (the best-round statistic, test split) has not improved for
+    ``patience`` evaluations."""
 
-    def __init__(self, metric: str, patience: int) -> None:
+    def __init__(self, metric: str, patience: int, statistic: str = "weighted", weights: str = "test") -> None:
         self.view, _, self.metric = metric.partition(".")
         self.patience, self.best, self.bad = patience, -np.inf, 0
+        self.statistic, self.weights = statistic, weights
+        self.sign = -1.0 if self.metric in LOWER_IS_BETTER else 1.0
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         rows = [r for r in info.rows if r["view"] == self.view and r["split"] == "test"]
         if not rows:
             return
-        value = summarize(np.array([r[self.metric] for r in rows]), np.array([r["n"] for r in rows]))["weighted"]
+        value = self.sign * rows_summary(rows, self.metric, self.weights)[self.statistic]
         if value > self.best:
             self.best, self.bad = value, 0
         else:
@@ -200,9 +203,9 @@ class Progress(Callback):
         if rows:
             view = "personalized" if any(r["view"] == "personalized" for r in rows) else "global"
             rows = [r for r in rows if r["view"] == view]
-            s = summarize(np.array([r["accuracy"] for r in rows]), np.array([r["n"] for r in rows]))
+            s = rows_summary(rows, "accuracy", runner.cfg.evaluation.client_weights)
             acc = f"{view[:4]}. acc {s['weighted']:.3f}"
-        self.bar.update(self.task, advance=1, acc=acc)
+        self.bar.update(self.task, completed=max(info.round, 0), acc=acc)
 
     def on_end(self, runner: Runner) -> None:
         self.bar.stop()

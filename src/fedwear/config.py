@@ -34,11 +34,16 @@ class ModelConfig(Strict):
 
 
 class OptimizerConfig(Strict):
-    name: Literal["sgd", "adam"] = "sgd"
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
     lr: float = Field(0.01, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (ProtoHAR: 0.9)")
     weight_decay: float = Field(0.0, ge=0)
     persist: bool = Field(False, description="keep each client's optimiser state across rounds (ProtoHAR's code)")
+    scheduler: Literal["none", "step"] = Field(
+        "none", description="step: StepLR, stepped once per local epoch; its state persists with the optimiser's"
+    )
+    step_size: int = Field(1, ge=1, description="StepLR: epochs between learning-rate decays")
+    gamma: float = Field(0.1, gt=0, le=1, description="StepLR: decay factor")
 
 
 class EvaluationConfig(Strict):
@@ -50,7 +55,23 @@ class EvaluationConfig(Strict):
         "macro_ovr",
         description="macro one-vs-rest on softmax probabilities, or ProtoHAR's micro AUC on raw logits",
     )
+    at_start: bool = Field(
+        False, description="also evaluate before the first round (round 0), as ProtoHAR's code does"
+    )
+    client_weights: Literal["test", "train", "uniform"] = Field(
+        "test",
+        description="weights of the over-clients weighted mean: test windows (the papers' Eq.), "
+        "train windows (ProtoHAR's code, SPECS A5) or uniform",
+    )
     best_metric: str = Field("personalized.accuracy", description="view.metric that picks the best round")
+    best_statistic: Literal["weighted", "mean"] = Field(
+        "weighted", description="statistic over clients that best_metric maximises: weighted or unweighted mean"
+    )
+    best_for: dict[str, str] = Field(
+        default_factory=dict,
+        description="view -> view.metric picking that view's own best round (e.g. {global: global.accuracy}); "
+        "other views use best_metric's round",
+    )
     best_split: Literal["test", "val"] = Field(
         "test", description="test: the papers' way (optimistic); val: needs dataset.val_fraction > 0"
     )
@@ -121,6 +142,11 @@ class RunConfig(Strict):
     flower: FlowerConfig = FlowerConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     method_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    per_method: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="method -> settings applied when that method runs (e.g. {protohar: {grad_clip: 50}}); "
+        "--set wins over them. Applied on loading, so a run's config.yaml holds the result",
+    )
 
     @field_validator("clients_per_round")
     @classmethod
@@ -138,7 +164,10 @@ class RunConfig(Strict):
         return min(n, v)
 
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        """Digest of the settings that differ from the defaults: a key added later (with a
+        default) does not orphan the run directories made before it."""
+        tree = self.model_dump(mode="json", exclude_defaults=True)
+        return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
@@ -206,6 +235,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     sets = parse_overrides(overrides or [])
     for key, value in sets:
         _set_path(tree, key, value)
+    _apply_per_method(tree, {k for k, _ in sets}, source)
     try:
         cfg = RunConfig.model_validate(tree)
     except ValidationError as e:
@@ -216,6 +246,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     return cfg
+
+
+def _apply_per_method(tree: dict, explicit: set[str], source: str) -> None:
+    """Merge ``per_method[<method>]`` into ``tree`` (keys given with ``--set`` win), then clear it."""
+    table = tree.get("per_method") or {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: key 'per_method' must map method names to settings")
+    chosen = table.get(tree.get("method", RunConfig.model_fields["method"].default)) or {}
+    if not isinstance(chosen, dict):
+        raise ConfigError(f"{source}: key 'per_method.{tree.get('method')}' must be a mapping of settings")
+
+    def merge(node: dict, extra: dict, prefix: str) -> None:
+        for k, v in extra.items():
+            dotted = f"{prefix}{k}"
+            if dotted in explicit:
+                continue
+            if isinstance(v, dict) and isinstance(node.get(k), dict):
+                merge(node[k], v, dotted + ".")
+            else:
+                node[k] = v
+
+    merge(tree, {k: v for k, v in chosen.items()}, "")
+    tree["per_method"] = {}
 
 
 def check_consistency(cfg: RunConfig) -> None:
@@ -238,6 +291,13 @@ def check_consistency(cfg: RunConfig) -> None:
         tv, _, tm = target.partition(".")
         if tv not in VIEWS or tm not in METRICS:
             raise ConfigError(f"key 'evaluation.targets': {target!r} is not view.metric")
+    for view, rule in cfg.evaluation.best_for.items():
+        rv, _, rm = rule.partition(".")
+        if view not in VIEWS or rv not in VIEWS or rm not in METRICS:
+            raise ConfigError(
+                f"key 'evaluation.best_for': {view}: {rule} must map a view to view.metric "
+                f"(views {', '.join(VIEWS)}; metrics {', '.join(METRICS)})"
+            )
     private = [k for k, on in (("flower.secagg.enabled", cfg.flower.secagg.enabled),
                                ("privacy.dp", cfg.privacy.dp != "none")) if on]
     if private and not method_class(cfg.method).mean_aggregation:

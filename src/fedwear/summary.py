@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from fedwear.config import METRICS, RunConfig
-from fedwear.evaluation.metrics import summarize
+from fedwear.evaluation.metrics import LOWER_IS_BETTER, client_weights, summarize
 
 
 def metric_columns(metrics: pd.DataFrame) -> list[str]:
@@ -18,19 +18,33 @@ def metric_columns(metrics: pd.DataFrame) -> list[str]:
     return [m for m in METRICS if m in cols] + [c for c in cols if c not in METRICS]
 
 
-def aggregate_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per (round, view, split, metric) with weighted / mean / std / worst10 over clients."""
+def aggregate_metrics(metrics: pd.DataFrame, weights: str = "test") -> pd.DataFrame:
+    """One row per (round, view, split, metric) with weighted / mean / std / worst10 over clients
+    (``weights``: ``evaluation.client_weights``)."""
     out = []
-    names = metric_columns(metrics)
+    names = [c for c in metric_columns(metrics) if c != "n_train"]
     for (r, view, split), g in metrics.groupby(["round", "view", "split"], sort=True):
+        n_train = g["n_train"].to_numpy(float) if "n_train" in g else None
+        w = client_weights(weights, g["n"].to_numpy(float), n_train)
         for metric in names:
-            s = summarize(g[metric].to_numpy(float), g["n"].to_numpy(float))
+            s = summarize(g[metric].to_numpy(float), w)
             out.append({"round": r, "view": view, "split": split, "metric": metric, **s, "clients": len(g)})
     return pd.DataFrame(out, columns=["round", "view", "split", "metric", "weighted", "mean", "std", "worst10", "clients"])
 
 
 def _clean(v: float) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def best_round(agg: pd.DataFrame, rule: str, split: str, statistic: str) -> int | None:
+    """The earliest round where ``rule`` (view.metric) is best by ``statistic`` on ``split``."""
+    view, _, metric = rule.partition(".")
+    crit = agg[(agg["view"] == view) & (agg["metric"] == metric) & (agg["split"] == split)]
+    crit = crit.dropna(subset=[statistic])
+    if not len(crit):
+        return None
+    col = crit[statistic]
+    return int(crit.loc[col.idxmin() if metric in LOWER_IS_BETTER else col.idxmax(), "round"])
 
 
 def _at(agg: pd.DataFrame, round: int, stat: str = "weighted") -> dict[str, dict[str, float | None]]:
@@ -53,28 +67,41 @@ def _stats_at(agg: pd.DataFrame, round: int) -> dict[str, dict[str, dict[str, fl
 
 def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, wall_time_s: float,
                   version: str) -> dict:
-    agg = aggregate_metrics(metrics)
     ev = cfg.evaluation
-    view, _, metric = ev.best_metric.partition(".")
+    agg = aggregate_metrics(metrics, ev.client_weights)
     evaluated = sorted(agg["round"].unique().tolist())
     final_round = int(evaluated[-1]) if evaluated else None
-    crit = agg[(agg["view"] == view) & (agg["metric"] == metric) & (agg["split"] == ev.best_split)]
-    crit = crit.dropna(subset=["weighted"])
-    best_round = int(crit.loc[crit["weighted"].idxmax(), "round"]) if len(crit) else final_round
+    headline = best_round(agg, ev.best_metric, ev.best_split, ev.best_statistic)
+    headline = final_round if headline is None else headline
+    best_rounds: dict[str, int] = {}
+    best: dict = {}
+    best_stats: dict = {}
+    for view in sorted(agg["view"].unique()):
+        rule = ev.best_for.get(view)
+        r = headline if rule is None else best_round(agg, rule, ev.best_split, ev.best_statistic)
+        if r is None:
+            continue
+        best_rounds[view] = r
+        best.update({k: v for k, v in _at(agg, r).items() if k == view})
+        best_stats.update({k: v for k, v in _stats_at(agg, r).items() if k == view})
     rounds_to_target = {}
     for key, target in ev.targets.items():
         tv, _, tm = key.partition(".")
-        hit = agg[(agg["view"] == tv) & (agg["metric"] == tm) & (agg["split"] == "test") & (agg["weighted"] >= target)]
+        sel = agg[(agg["view"] == tv) & (agg["metric"] == tm) & (agg["split"] == "test")]
+        value = sel[ev.best_statistic]
+        hit = sel[value <= target] if tm in LOWER_IS_BETTER else sel[value >= target]
         rounds_to_target[key] = int(hit["round"].min()) if len(hit) else None
     return {
         "method": cfg.method,
-        "final": _at(agg, final_round) if final_round else {},
-        "best": _at(agg, best_round) if best_round else {},
-        "best_rule": f"round with max sample-weighted {ev.best_metric} on the {ev.best_split} split",
-        "best_round": best_round,
+        "final": _at(agg, final_round) if final_round is not None else {},
+        "best": best,
+        "best_rule": _best_rule(cfg),
+        "best_round": headline,
+        "best_rounds": best_rounds,
         "final_round": final_round,
-        "final_stats": _stats_at(agg, final_round) if final_round else {},
-        "best_stats": _stats_at(agg, best_round) if best_round else {},
+        "final_stats": _stats_at(agg, final_round) if final_round is not None else {},
+        "best_stats": best_stats,
+        "client_weights": ev.client_weights,
         "rounds_to_target": rounds_to_target,
         "bytes_up": int(rounds["bytes_up"].sum()) if len(rounds) else 0,
         "bytes_down": int(rounds["bytes_down"].sum()) if len(rounds) else 0,
@@ -88,11 +115,23 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         "fedwear_version": version,
         "versions": library_versions(),
         "config_hash": cfg.hash(),
-        "metric_notes": "final/best: sample-weighted mean over clients (weights: test windows); "
+        "metric_notes": f"final/best: weighted mean over clients (weights: {ev.client_weights} windows); "
         "*_stats add the unweighted mean, population std over clients and the mean of the worst decile",
         "bytes_notes": "bytes_*: training messages (array payloads); eval_bytes_down: each evaluated "
         "client's message plus the global model; eval_bytes_up: 8 bytes per reported metric value",
     }
+
+
+def _best_rule(cfg: RunConfig) -> str:
+    ev = cfg.evaluation
+    stat = {"weighted": f"{ev.client_weights}-weighted", "mean": "unweighted"}[ev.best_statistic]
+    def one(rule: str) -> str:
+        best = "min" if rule.partition(".")[2] in LOWER_IS_BETTER else "max"
+        return f"the earliest round with the {best} {stat} mean of {rule} on the {ev.best_split} split"
+    text = one(ev.best_metric)
+    for view, rule in sorted(ev.best_for.items()):
+        text += f"; {view}: {one(rule)}"
+    return text
 
 
 def library_versions() -> dict[str, str | None]:

@@ -49,6 +49,11 @@ class DatasetConfig(Strict):
     )
     window: int = Field(128, ge=4, description="window length in samples at the processed rate")
     stride: int | None = Field(None, ge=1, description="window stride; null = window (no overlap)")
+    tail_window: bool = Field(
+        False,
+        description="also cut the trailing window x[-window:] of each labelled run when the "
+        "regular windows miss its end (ProtoHAR's USC-HAD script); it overlaps the previous window",
+    )
     normalize: Literal["none", "client", "global"] = Field(
         "client",
         description="per-channel z-score with statistics of training data only: each client's own "

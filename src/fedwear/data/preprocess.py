@@ -200,10 +200,13 @@ def resample(rec: Recording, target: float) -> Recording:
 # --------------------------------------------------------------------------- windowing
 
 
-def window_starts(labels: np.ndarray, window: int, stride: int) -> np.ndarray:
+def window_starts(labels: np.ndarray, window: int, stride: int, tail: bool = False) -> np.ndarray:
     """Start indices of windows lying inside one constant, labelled run of ``labels``.
 
-    Within each run the windows start at the run's first sample and step by ``stride``.
+    Within each run the windows start at the run's first sample and step by ``stride``. With
+    ``tail``, a run whose last window ends more than one sample before the run's end also gets
+    the trailing window ``x[-window:]`` (it overlaps the previous one), as ProtoHAR's USC-HAD
+    script does (``uschad_subdata.py``, SPECS A2: ``if s*i + 512 < N - 1``).
     """
     n = len(labels)
     if n < window:
@@ -212,18 +215,20 @@ def window_starts(labels: np.ndarray, window: int, stride: int) -> np.ndarray:
     run_start = np.concatenate(([0], cuts))
     run_end = np.concatenate((cuts, [n]))
     keep = (labels[run_start] != UNLABELLED) & (run_end - run_start >= window)
-    out = [
-        np.arange(s, e - window + 1, stride)
-        for s, e in zip(run_start[keep], run_end[keep], strict=True)
-    ]
+    out = []
+    for s, e in zip(run_start[keep], run_end[keep], strict=True):
+        starts = np.arange(s, e - window + 1, stride)
+        if tail and starts[-1] + window < e - 1:
+            starts = np.append(starts, e - window)
+        out.append(starts)
     return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
 
 
-def make_windows(recordings: list[Recording], window: int, stride: int) -> Windows:
+def make_windows(recordings: list[Recording], window: int, stride: int, tail: bool = False) -> Windows:
     """Cut every recording into ``[N, window, C]`` float32 windows labelled by their run."""
     xs, ys, rs, ss = [], [], [], []
     for i, rec in enumerate(recordings):
-        starts = window_starts(rec.labels, window, stride)
+        starts = window_starts(rec.labels, window, stride, tail)
         if not len(starts):
             continue
         view = np.lib.stride_tricks.sliding_window_view(rec.signal, window, axis=0)
@@ -248,7 +253,7 @@ def preprocess(raw: RawDataset, cfg: DatasetConfig) -> tuple[RawDataset, Windows
         )
     rate = raw.recordings[0].rate_hz
     stride = cfg.stride or cfg.window
-    wins = make_windows(raw.recordings, cfg.window, stride)
+    wins = make_windows(raw.recordings, cfg.window, stride, cfg.tail_window)
     if not len(wins):
         raise DataError(
             f"dataset '{raw.name}' gives no windows of {cfg.window} samples at {rate:g} Hz "

@@ -2,67 +2,79 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
+import numpy as np
+import torch
 
 from fedwear.config import RunConfig
 from fedwear.data.types import ClientData, Windows
-from fedwear.evaluation.metrics import classification_metrics, predict
-from fedwear.methods.api import Method, Predictor, Record
+from fedwear.evaluation.metrics import classification_metrics
+from fedwear.evaluation.predictor import Predictor, as_predictor
+from fedwear.methods.api import Method, Record
 from fedwear.seeding import derive_seed
 
 Row = dict[str, object]
 
 
-def fingerprint(*records: Record) -> str:
-    """A digest of records' array names, dtypes, shapes, bytes and scalars."""
-    h = hashlib.sha1()
-    for rec in records:
-        for name in sorted(rec.arrays):
-            a = rec.arrays[name]
-            h.update(f"{name}|{a.dtype}|{a.shape}".encode())
-            h.update(a.tobytes())
-        h.update(repr(sorted(rec.scalars.items())).encode())
-    return h.hexdigest()
+@torch.no_grad()
+def forward(fn, x: np.ndarray | torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``fn`` over ``x`` in batches (no gradients)."""
+    xt = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+    outs = [fn(xt[i : i + batch_size]) for i in range(0, len(xt), batch_size)]
+    return torch.cat(outs) if outs else torch.zeros(0, 0)
 
 
-class SharedResults:
-    """Metrics of identical predictors on the same windows, computed once per evaluation round.
+class EvalCache:
+    """Each distinct body's features and each distinct model's logits, once per round and window set.
 
-    By the contract a personal predictor is a function of ``(down, state)`` only, so clients
-    whose ``(down, state)`` are identical (every client of a global-model method, on the pooled
-    test set of the generalization view) get the same result; it is computed once.
+    Keys come from the predictor (``body_key``, ``head_key``: digests of the weights), so clients
+    of a global-model method share one forward pass per window set across the personalized,
+    generalization and global views, and clients sharing a body share its features. A predictor
+    without keys is computed every time.
     """
 
     def __init__(self) -> None:
         self._round: int | None = None
-        self._store: dict[tuple[str, int], Row] = {}
+        self._features: dict[tuple, torch.Tensor] = {}
+        self._logits: dict[tuple, np.ndarray] = {}
+        self.forwards = 0  # body passes actually run (for tests and benchmarks)
 
-    def get(self, round: int, key: tuple[str, int], compute: Callable[[], Row]) -> Row:
+    def logits(self, round: int, pred: Predictor, w: Windows, batch_size: int) -> np.ndarray:
         if round != self._round:
-            self._round, self._store = round, {}
-        if key not in self._store:
-            self._store[key] = compute()
-        return self._store[key]
+            self._round, self._features, self._logits = round, {}, {}
+        if pred.body_key is None:
+            self.forwards += 1
+            return forward(pred, w.x, batch_size).float().numpy()
+        lkey = (pred.body_key, pred.head_key, id(w))
+        if pred.head_key is not None and lkey in self._logits:
+            return self._logits[lkey]
+        fkey = (pred.body_key, id(w))
+        if fkey not in self._features:
+            self.forwards += 1
+            self._features[fkey] = forward(pred.body, w.x, batch_size)
+        z = self._features[fkey]
+        logits = (z if pred.head is None else forward(pred.head, z, max(len(z), 1))).float().numpy()
+        if pred.head_key is not None:
+            self._logits[lkey] = logits
+        return logits
 
 
 class ClientRuntime:
     """One client: its data, and (for the generalization view) the pooled test set if available."""
 
     def __init__(self, method: Method, data: ClientData, cfg: RunConfig, pooled_test: Windows | None = None,
-                 shared: SharedResults | None = None):
+                 cache: EvalCache | None = None):
         self.method = method
         self.data = data
         self.cfg = cfg
         self.pooled_test = pooled_test
-        self.shared = shared
+        self.cache = cache or EvalCache()
 
     def fit(self, down: Record, state: Record, round: int) -> tuple[Record, Record]:
         seed = derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
         return self.method.fit(down, state, self.data, round, seed)
 
     def evaluate(self, down: Record, state: Record, global_msg: Record | None, round: int, new: bool) -> list[Row]:
-        """Rows ``{view, split, n, accuracy, macro_f1, auc}`` for the views that apply."""
+        """Rows ``{view, split, n, n_train, accuracy, macro_f1, auc}`` for the views that apply."""
         ev = self.cfg.evaluation
         m = self.method
         rows: list[Row] = []
@@ -75,7 +87,7 @@ class ClientRuntime:
                 if pred is None and global_msg is not None:
                     pred = m.global_predictor(global_msg)
                 if pred is not None:
-                    rows += self._rows(pred, "new_clients", splits)
+                    rows += self._rows(round, pred, "new_clients", splits)
             return rows
         pred = None
         if {"personalized", "generalization"} & set(ev.views):
@@ -84,21 +96,17 @@ class ClientRuntime:
             pred = m.personal_predictor(down, personal)
         if pred is not None:
             if "personalized" in ev.views:
-                rows += self._rows(pred, "personalized", splits)
+                rows += self._rows(round, pred, "personalized", splits)
             if "generalization" in ev.views and self.pooled_test is not None:
-                pooled = self.pooled_test
-                row = lambda: self._row(pred, "generalization", "test", pooled)  # noqa: E731
-                if self.shared is None:
-                    rows.append(row())
-                else:
-                    rows.append(self.shared.get(round, (fingerprint(down, personal), id(pooled)), row))
+                rows.append(self._row(round, pred, "generalization", "test", self.pooled_test))
         if "global" in ev.views and global_msg is not None:
-            rows += self._rows(m.global_predictor(global_msg), "global", splits)
+            rows += self._rows(round, m.global_predictor(global_msg), "global", splits)
         return rows
 
-    def _rows(self, pred: Predictor, view: str, splits: list[str]) -> list[Row]:
-        return [self._row(pred, view, s, getattr(self.data, s)) for s in splits]
+    def _rows(self, round: int, pred: Predictor, view: str, splits: list[str]) -> list[Row]:
+        return [self._row(round, pred, view, s, getattr(self.data, s)) for s in splits]
 
-    def _row(self, pred: Predictor, view: str, split: str, w: Windows) -> Row:
-        logits = predict(pred, w.x, self.cfg.evaluation.batch_size)
-        return {"view": view, "split": split, "n": len(w), **classification_metrics(w.y, logits, self.cfg.evaluation.auc)}
+    def _row(self, round: int, pred: Predictor, view: str, split: str, w: Windows) -> Row:
+        logits = self.cache.logits(round, as_predictor(pred), w, self.cfg.evaluation.batch_size)
+        metrics = classification_metrics(w.y, logits, self.cfg.evaluation.auc)
+        return {"view": view, "split": split, "n": len(w), "n_train": len(self.data.train), **metrics}

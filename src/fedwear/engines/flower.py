@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedwear.config import RunConfig
-from fedwear.engines.client import ClientRuntime, Row, SharedResults
+from fedwear.engines.client import ClientRuntime, EvalCache, Row
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
 from fedwear.engines.secagg import secagg_train, secure_mean
 from fedwear.errors import FedwearError
@@ -30,6 +30,7 @@ from fedwear.methods import Method, Record
 
 log = logging.getLogger("fedwear")
 
+ROW_COUNTS = ("n", "n_train")
 ROW_METRICS = ("accuracy", "macro_f1", "auc")
 
 
@@ -75,7 +76,7 @@ def rows_to_content(rows: list[Row]) -> dict:
     return {
         "rows": fa.ConfigRecord({"view": [str(r["view"]) for r in rows] or [""],
                                  "split": [str(r["split"]) for r in rows] or [""]}),
-        "metrics": fa.MetricRecord({"n": [int(r["n"]) for r in rows] or [0],
+        "metrics": fa.MetricRecord({**{k: [int(r[k]) for r in rows] or [0] for k in ROW_COUNTS},
                                     **{m: [float(r[m]) for r in rows] or [0.0] for m in ROW_METRICS}}),
         "count": fa.MetricRecord({"rows": len(rows)}),
     }
@@ -85,7 +86,7 @@ def rows_from_content(content) -> list[Row]:
     n = int(content["count"]["rows"])
     rows, met = content["rows"], content["metrics"]
     return [
-        {"view": rows["view"][i], "split": rows["split"][i], "n": int(met["n"][i]),
+        {"view": rows["view"][i], "split": rows["split"][i], **{k: int(met[k][i]) for k in ROW_COUNTS},
          **{m: float(met[m][i]) for m in ROW_METRICS}}
         for i in range(n)
     ]
@@ -107,11 +108,11 @@ def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot
     from fedwear.methods import Task, build_method
 
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    method = build_method(Task(cfg, data.window, len(data.channels), data.num_classes))
+    method = build_method(Task.of(cfg, data))
     roster = Roster.of(method, data)
     pooled = pooled_test(data) if with_pooled_test and data.clients else None
     trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in method.training_clients(data)}
-    shared = SharedResults()  # per process: a Ray actor plays many clients
+    shared = EvalCache()  # per process: a Ray actor plays many clients
     evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled, shared) for c in data.clients}
     evaluated.update({c.client_id: ClientRuntime(method, c, cfg) for c in data.new_clients})
     order = list(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))

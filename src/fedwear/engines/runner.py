@@ -80,7 +80,7 @@ class Roster:
         )
 
     def task(self, cfg: RunConfig) -> Task:
-        return Task(cfg, self.window, self.channels, self.num_classes)
+        return Task(cfg, self.window, self.channels, self.num_classes, len(self.clients))
 
 
 class Runner:
@@ -114,6 +114,13 @@ class Runner:
         for cb in self.callbacks:
             cb.on_start(self)
         try:
+            if self.start_round == 1 and self.cfg.evaluation.at_start:
+                info = RoundInfo(0, [], 0, 0, {}, float("nan"), 0.0)
+                t0 = time.perf_counter()
+                self.evaluate(0, info)
+                info.wall_s = time.perf_counter() - t0
+                for cb in self.callbacks:
+                    cb.on_round(self, info)
             for r in range(self.start_round, self.cfg.rounds + 1):
                 info = self.run_round(r)
                 for cb in self.callbacks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedwear.config import RunConfig
 from fedwear.data.types import ClientData, Windows
-from fedwear.engines.client import ClientRuntime, Row, SharedResults
+from fedwear.engines.client import ClientRuntime, EvalCache, Row
 from fedwear.methods.api import Method, Record
 
 
@@ -12,7 +12,7 @@ class SimExecutor:
     def __init__(self, method: Method, train: list[ClientData], evaluated: list[ClientData],
                  new: list[ClientData], pooled_test: Windows, cfg: RunConfig) -> None:
         self.trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in train}
-        shared = SharedResults()
+        shared = EvalCache()
         self.evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled_test, shared) for c in evaluated}
         self.new = {c.client_id: ClientRuntime(method, c, cfg) for c in new}
         self.states: dict[str, Record] = {}

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 from sklearn.metrics import f1_score, roc_auc_score
 
-from fedwear.methods.api import Predictor
+from fedwear.evaluation.predictor import Fn
 
 
 @torch.no_grad()
-def predict(predictor: Predictor, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
+def predict(predictor: Fn, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
     """Logits of ``predictor`` on ``x`` (``[N, T, C]``), in batches."""
     xt = torch.from_numpy(np.ascontiguousarray(x))
     outs = [predictor(xt[i : i + batch_size]) for i in range(0, len(xt), batch_size)]
@@ -62,3 +62,27 @@ def summarize(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
         "std": float(v.std()),
         "worst10": float(np.sort(v)[:k].mean()),
     }
+
+
+#: Metrics where lower is better (regression later); every other metric is higher-is-better.
+LOWER_IS_BETTER: frozenset[str] = frozenset({"mse", "mae", "mape", "loss"})
+
+
+def client_weights(how: str, n_test: np.ndarray, n_train: np.ndarray | None) -> np.ndarray:
+    """Weights of the over-clients mean (``evaluation.client_weights``): test windows (Eq. 12 of
+    ProtoHAR's paper), train windows (ProtoHAR's code, SPECS A5) or uniform."""
+    n_test = np.asarray(n_test, float)
+    if how == "test":
+        return n_test
+    if how == "train":
+        if n_train is None:
+            raise ValueError("client_weights=train needs each row's n_train")
+        return np.asarray(n_train, float)
+    return np.ones_like(n_test)
+
+
+def rows_summary(rows: list[dict], metric: str, how: str) -> dict[str, float]:
+    """``summarize`` of one metric over evaluation rows (dicts with n, n_train and the metric)."""
+    values = np.array([r[metric] for r in rows], float)
+    n_train = np.array([r["n_train"] for r in rows]) if rows and "n_train" in rows[0] else None
+    return summarize(values, client_weights(how, np.array([r["n"] for r in rows]), n_train))

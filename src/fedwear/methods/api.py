@@ -19,20 +19,19 @@ seed methods and their baselines onto these hooks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict
+
+from fedwear.evaluation.predictor import Predictor
 
 if TYPE_CHECKING:
     from fedwear.config import RunConfig
     from fedwear.data.types import ClientData, FederatedData
 
 Scalar = int | float | str | bool
-Predictor = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -61,6 +60,11 @@ class Task:
     window: int
     channels: int
     num_classes: int
+    num_clients: int  # clients that train, as partitioned (SCAFFOLD's server step: |S| / N)
+
+    @staticmethod
+    def of(config: RunConfig, data: FederatedData) -> Task:
+        return Task(config, data.window, len(data.channels), data.num_classes, len(data.clients))
 
 
 class Method:

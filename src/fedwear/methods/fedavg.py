@@ -1,7 +1,8 @@
 """FedAvg (McMahan et al., AISTATS 2017, Algorithm 1): the base every method subclasses.
 
-Subclasses override only what differs: ``shared`` (the model parts sent and averaged), the
-``loss`` hook, ``begin_fit``, ``configure``/``aggregate`` or the predictors.
+Subclasses override only what differs: the ``shared`` / ``personal`` part declarations, the
+``loss``, ``begin_fit``, ``before_step`` / ``after_step`` hooks, ``configure`` / ``aggregate``
+or the predictors.
 """
 
 from __future__ import annotations
@@ -14,21 +15,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedwear.data.types import ClientData
-from fedwear.methods.api import Method, Predictor, Record, Task
+from fedwear.evaluation.predictor import Predictor, digest
+from fedwear.methods.api import Method, Record, Task
 from fedwear.methods.api import Options as BaseOptions
 from fedwear.methods.training import (
+    LocalOptimizer,
+    LossFn,
     load_arrays,
-    load_optimizer_arrays,
     make_optimizer,
     model_arrays,
-    optimizer_arrays,
     part_parameters,
     train_epochs,
     weighted_mean,
 )
 from fedwear.models import SplitModel, build_model
 
-OPT_PREFIX = "optim."
+PARTS = ("body", "head")
 
 
 class FedAvg(Method):
@@ -36,7 +38,7 @@ class FedAvg(Method):
     summary = "FedAvg (McMahan et al. 2017): clients train the whole model; the server averages it weighted by sample counts."
 
     #: Model parts sent to clients and averaged by the server.
-    shared: ClassVar[tuple[str, ...]] = ("body", "head")
+    shared: ClassVar[tuple[str, ...]] = PARTS
     #: Model parts a client trains and keeps between rounds (never sent).
     personal: ClassVar[tuple[str, ...]] = ()
     #: The server state is a mean of the replied arrays (central DP and secure aggregation apply).
@@ -46,7 +48,7 @@ class FedAvg(Method):
         super().__init__(task, options)
         cfg = task.config
         self.model: SplitModel = self.new_model()
-        self.initial = model_arrays(self.model, ("body", "head"))
+        self.initial = model_arrays(self.model, PARTS)
         self.local_epochs = cfg.local_epochs
         self.batch_size = cfg.batch_size
 
@@ -62,28 +64,42 @@ class FedAvg(Method):
             )
 
     def load(self, down: Record, state: Record) -> SplitModel:
-        """Reuse the one model object: initial weights, then the client's own parts, then the server's."""
-        load_arrays(self.model, self.initial)
-        load_arrays(self.model, state.arrays)
-        load_arrays(self.model, down.arrays)
+        """Reuse the one model object: initial weights, then the server's parts, then the
+        client's own (a client's personal copy of a part wins over the server's)."""
+        load_arrays(self.model, {**self.initial, **down.arrays, **state.arrays})
         return self.model
 
-    def optimizer(self, model: nn.Module, parts: tuple[str, ...], state: Record, lr: float | None = None):
+    def optimizer(self, model: nn.Module, parts: tuple[str, ...], state: Record, name: str = "model",
+                  lr: float | None = None) -> LocalOptimizer:
+        """A named optimiser over ``parts``; restored from ``state`` when ``optimizer.persist``
+        (one optimiser per client kept across rounds: ProtoHAR's code, SPECS A3)."""
         o = self.task.config.optimizer
         opt = make_optimizer(part_parameters(model, parts), o.name, lr or o.lr, o.momentum, o.weight_decay)
-        if o.persist:  # one optimiser per client kept across rounds (ProtoHAR's code, SPECS A3)
-            load_optimizer_arrays(opt, state.arrays, OPT_PREFIX)
-        return opt
+        sched = None
+        if o.scheduler == "step":
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=o.step_size, gamma=o.gamma)
+        local = LocalOptimizer(name, opt, sched)
+        if o.persist:
+            local.load_state_arrays(state.arrays)
+        return local
 
-    def train(self, model, opt, data: ClientData, seed: int, epochs: int | None = None, loss_fn=None) -> float:
-        x, y = tensors(data)
+    def train(self, model: nn.Module, opt: LocalOptimizer, data: ClientData, seed: int,
+              epochs: int | None = None, loss_fn: LossFn | None = None, x: torch.Tensor | None = None,
+              y: torch.Tensor | None = None, shuffle: bool = True) -> float:
+        """Local epochs over ``(x, y)`` (default: the client's train split) with the hooks."""
+        if x is None or y is None:
+            x, y = tensors(data)
         return train_epochs(
-            model, opt, x, y,
+            model, opt.optimizer, x, y,
             epochs=self.local_epochs if epochs is None else epochs,
             batch_size=self.batch_size,
             generator=torch.Generator().manual_seed(seed),
             loss_fn=loss_fn or self.loss,
             clip=self.task.config.grad_clip,
+            shuffle=shuffle,
+            before_step=lambda: self.before_step(model),
+            after_step=lambda: self.after_step(model),
+            after_epoch=opt.end_epoch,
         )
 
     # ---- server -------------------------------------------------------------------------
@@ -100,7 +116,8 @@ class FedAvg(Method):
         return Record({**server.arrays, **weighted_mean(replies.values(), keys)}, dict(server.scalars))
 
     def global_message(self, server: Record) -> Record | None:
-        return Record(server.arrays)
+        """The whole model when every part is shared; otherwise there is no global model."""
+        return Record(server.arrays) if set(PARTS) <= set(self.shared) else None
 
     # ---- client -------------------------------------------------------------------------
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -110,20 +127,27 @@ class FedAvg(Method):
     def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
         """Called after the model is loaded and before local training (e.g. keep w_global)."""
 
+    def before_step(self, model: nn.Module) -> None:
+        """Called after backward (and clipping), before each optimiser step (SCAFFOLD)."""
+
+    def after_step(self, model: nn.Module) -> None:
+        """Called after each optimiser step (e.g. a running average of the weights)."""
+
     def fit(self, down, state, data, round, seed):
         torch.manual_seed(seed)
         model = self.load(down, state)
         self.begin_fit(model, down, state)
-        trainable = self.shared + self.personal
-        opt = self.optimizer(model, trainable, state)
+        opt = self.optimizer(model, self.shared + self.personal, state)
         loss = self.train(model, opt, data, seed)
         up = Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
         return up, self.client_state(model, opt)
 
-    def client_state(self, model: nn.Module, opt: torch.optim.Optimizer | None) -> Record:
+    def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:
+        """The ``personal`` parts, plus each optimiser's state when ``optimizer.persist``."""
         arrays = model_arrays(model, self.personal)
-        if opt is not None and self.task.config.optimizer.persist:
-            arrays.update(optimizer_arrays(opt, OPT_PREFIX))
+        if self.task.config.optimizer.persist:
+            for opt in opts:
+                arrays.update(opt.state_arrays())
         return Record(arrays)
 
     # ---- evaluation ---------------------------------------------------------------------
@@ -135,9 +159,13 @@ class FedAvg(Method):
     def global_predictor(self, message: Record) -> Predictor:
         return self.predictor(self.load(message, Record()))
 
-    def predictor(self, model: nn.Module) -> Predictor:
+    def predictor(self, model: SplitModel) -> Predictor:
+        """Body and head of ``model``, keyed by their current weights (equal weights, shared work)."""
         model.eval()
-        return model
+        state = model.state_dict()
+        keys = {part: digest((k, v.detach().numpy()) for k, v in state.items() if k.startswith(part + "."))
+                for part in PARTS}
+        return Predictor(model.features, model.head, keys["body"], keys["head"])
 
     def adapt(self, down: Record, data: ClientData, seed: int) -> Record:
         """FedAvg has no adaptation: a new client uses the global model as it is."""
@@ -149,7 +177,7 @@ class FedAvg(Method):
         model = self.load(down, Record())
         opt = self.optimizer(model, parts, Record())
         self.train(model, opt, data, seed, epochs=self.task.config.evaluation.adapt_epochs)
-        return self.client_state(model, None)
+        return Record(model_arrays(model, self.personal))
 
 
 def tensors(data: ClientData) -> tuple[torch.Tensor, torch.Tensor]:

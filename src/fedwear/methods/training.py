@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -44,29 +45,64 @@ def make_optimizer(
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}")
 
 
-def optimizer_arrays(opt: torch.optim.Optimizer, prefix: str) -> dict[str, np.ndarray]:
-    """Optimiser state (momentum buffers, Adam moments, step) as named arrays."""
-    out = {}
-    for idx, st in opt.state_dict()["state"].items():
-        for key, value in st.items():
-            if torch.is_tensor(value):
-                out[f"{prefix}{idx}.{key}"] = value.detach().cpu().numpy().copy()
-    return out
+@dataclass
+class LocalOptimizer:
+    """A named optimiser (and its learning-rate scheduler) over one group of parameters.
+
+    Its state persists in a client state under ``optim.<name>.``, so a method can keep several
+    (ProtoHAR and FedRep: ``head`` and ``body``) without their states colliding.
+    """
+
+    name: str
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+
+    @property
+    def prefix(self) -> str:
+        return f"optim.{self.name}."
+
+    def end_epoch(self) -> None:
+        """Schedulers step once per local epoch (PCFedH's StepLR, SPECS 1.4)."""
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Optimiser state (momentum buffers, Adam moments, step) and the scheduler's epoch."""
+        out = {}
+        for idx, st in self.optimizer.state_dict()["state"].items():
+            for key, value in st.items():
+                if torch.is_tensor(value):
+                    out[f"{self.prefix}{idx}.{key}"] = value.detach().cpu().numpy().copy()
+        if self.scheduler is not None:
+            out[f"{self.prefix}scheduler.last_epoch"] = np.array(self.scheduler.last_epoch, np.int64)
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        last_epoch = None
+        for name, a in arrays.items():
+            if not name.startswith(self.prefix):
+                continue
+            idx, key = name[len(self.prefix) :].split(".", 1)
+            if idx == "scheduler":
+                last_epoch = int(a)
+            else:
+                state.setdefault(int(idx), {})[key] = torch.from_numpy(np.array(a))
+        if state:
+            sd = self.optimizer.state_dict()
+            sd["state"] = state
+            self.optimizer.load_state_dict(sd)
+        if last_epoch is not None and self.scheduler is not None:
+            for _ in range(last_epoch):  # replay, so the learning rate follows the schedule
+                self.scheduler.step()
 
 
-def load_optimizer_arrays(opt: torch.optim.Optimizer, arrays: dict[str, np.ndarray], prefix: str) -> None:
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for name, a in arrays.items():
-        if name.startswith(prefix):
-            idx, key = name[len(prefix) :].split(".", 1)
-            state.setdefault(int(idx), {})[key] = torch.from_numpy(np.array(a))
-    if state:
-        sd = opt.state_dict()
-        sd["state"] = state
-        opt.load_state_dict(sd)
+Hook = Callable[[], None]
 
 
 def train_epochs(
@@ -80,14 +116,20 @@ def train_epochs(
     generator: torch.Generator,
     loss_fn: LossFn,
     clip: float | None = None,
+    shuffle: bool = True,
+    before_step: Hook | None = None,
+    after_step: Hook | None = None,
+    after_epoch: Hook | None = None,
 ) -> float:
-    """Mini-batch training: reshuffled every epoch, last partial batch kept. Returns the mean loss."""
+    """Mini-batch training: reshuffled every epoch (unless ``shuffle`` is off), last partial batch
+    kept. ``before_step`` runs after backward (and clipping), ``after_step`` after each optimiser
+    step, ``after_epoch`` after each epoch. Returns the mean loss."""
     model.train()
     params = [p for g in optimizer.param_groups for p in g["params"]]
     n = len(y)
     total, steps = 0.0, 0
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
             loss = loss_fn(model, x[idx], y[idx])
@@ -95,9 +137,15 @@ def train_epochs(
             loss.backward()
             if clip:
                 nn.utils.clip_grad_norm_(params, clip)
+            if before_step is not None:
+                before_step()
             optimizer.step()
+            if after_step is not None:
+                after_step()
             total += float(loss.detach())
             steps += 1
+        if after_epoch is not None:
+            after_epoch()
     return total / max(steps, 1)
 
 
