@@ -11,13 +11,14 @@ import fedwear  # noqa: E402
 from fedwear.data import load_federated  # noqa: E402
 from fedwear.errors import ConfigError  # noqa: E402
 from fedwear.methods import Record, Task, build_method  # noqa: E402
+from fedwear.privacy import private  # noqa: E402
 from tests.helpers import tiny_config  # noqa: E402
 
 
 def method_and_data(**overrides):
     cfg = tiny_config(**overrides)
     data = load_federated(cfg.dataset, cfg.seed)
-    return build_method(Task.of(cfg, data)), data
+    return private(build_method(Task.of(cfg, data))), data
 
 
 def test_client_update_is_clipped_and_weight_is_one():

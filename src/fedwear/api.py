@@ -19,6 +19,7 @@ from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
 from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
 from fedwear.methods import Task, build_method
+from fedwear.privacy import CentralDP, private
 from fedwear.version import __version__
 
 log = logging.getLogger("fedwear")
@@ -72,7 +73,7 @@ def run(
         torch.set_num_threads(cfg.threads)
     # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    method = build_method(Task.of(cfg, data))
+    method = private(build_method(Task.of(cfg, data)))
     roster = Roster.of(method, data)
     cbs = _start_out_dir(cfg, out, quiet, callbacks, fresh=plan.checkpoint is None)
     try:
@@ -103,7 +104,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
     rundir.plan(cfg, out, resume=False, overwrite=overwrite)
     executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
     roster = roster_from_nodes(executor.info)
-    method = build_method(roster.task(cfg))
+    method = private(build_method(roster.task(cfg)))
     cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
     try:
         log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),
@@ -158,8 +159,6 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster) -> Result:
     secure = cfg.flower.secagg.model_dump() if cfg.flower.secagg.enabled else False
     summary["privacy"] = {"dp": "none", "secure_aggregation": secure}
     if cfg.privacy.dp != "none":
-        from fedwear.privacy import CentralDP
-
         summary["privacy"] = {**CentralDP.describe(cfg), "secure_aggregation": secure}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return Result(out, summary)

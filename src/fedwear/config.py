@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fedwear.data.config import DatasetConfig
 from fedwear.errors import ConfigError
+from fedwear.methods import METHODS, method_class, parse_options
+from fedwear.models import parse_model_options
 
 VIEWS = ("personalized", "generalization", "global", "new_clients")
 METRICS = ("accuracy", "macro_f1", "auc")
@@ -273,9 +275,6 @@ def _apply_per_method(tree: dict, explicit: set[str], source: str) -> None:
 
 def check_consistency(cfg: RunConfig) -> None:
     """Checks across keys: method and model options, best_metric, privacy for the method."""
-    from fedwear.methods import method_class, parse_options
-    from fedwear.models import parse_model_options
-
     for name in {cfg.method, *cfg.method_options}:
         parse_options(name, cfg.method_options.get(name))
     parse_model_options(cfg.model.name, cfg.model.options)
@@ -301,19 +300,13 @@ def check_consistency(cfg: RunConfig) -> None:
     private = [k for k, on in (("flower.secagg.enabled", cfg.flower.secagg.enabled),
                                ("privacy.dp", cfg.privacy.dp != "none")) if on]
     if private and not method_class(cfg.method).mean_aggregation:
-        means = sorted(n for n, c in _methods().items() if c.mean_aggregation)
+        means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)
         raise ConfigError(
             f"{private[0]} needs a method whose server averages client arrays "
             f"({', '.join(means)}); method={cfg.method} does not"
         )
     if cfg.flower.secagg.enabled and cfg.engine == "sim":
         raise ConfigError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
-
-
-def _methods() -> dict:
-    from fedwear.methods import METHODS
-
-    return METHODS
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -76,3 +76,10 @@ class CentralDP:
                 "rounds": cfg.rounds, "clients_per_round": cfg.clients_per_round,
                 "mechanism": "client-side fixed clipping + Gaussian noise std z*C/m on the equal-weight mean",
                 "epsilon": None, "epsilon_note": "no accountant installed; compute epsilon from z, sampling rate and rounds (e.g. RDP)"}
+
+
+def private(method: Method) -> Method:
+    """``method`` wrapped for ``privacy.dp`` of its config (unchanged when dp is none)."""
+    if method.task.config.privacy.dp == "central":
+        return CentralDP(method)  # type: ignore[return-value]
+    return method

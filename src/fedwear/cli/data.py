@@ -23,7 +23,7 @@ def data_list() -> None:
     from fedwear.data.preprocess import bundled_summary
 
     for name, entry in DATASETS.items():
-        summary = bundled_summary(name)
+        summary = bundled_summary(name, getattr(entry, "BUNDLED", ""))
         generated = getattr(entry, "GENERATED", False)
         bundled = f"bundled: {summary}" if summary else ("generated, no files" if generated else "not bundled")
         typer.echo(f"{name:12s} {bundled:34s} {entry.DESCRIPTION}")

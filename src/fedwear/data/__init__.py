@@ -37,7 +37,7 @@ def _files(cfg: DatasetConfig) -> tuple[list[Path], Path | None]:
     mod = dataset_module(cfg.name)
     if mod is synthetic:
         return [], None
-    root = require_root(cfg)
+    root = require_root(cfg, getattr(mod, "TITLE", None), getattr(mod, "BUNDLED", ""))
     return mod.data_files(root), root
 
 

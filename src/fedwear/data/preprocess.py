@@ -30,13 +30,6 @@ from fedwear.errors import ConfigError, DataError
 _ANNOUNCED: set[str] = set()
 
 
-def _loader_attr(name: str, attr: str, default: str) -> str:
-    """An attribute of the loader module of ``name`` (``TITLE``, ``BUNDLED``), else ``default``."""
-    from fedwear.data import DATASETS  # the registry imports this module: look it up at call time
-
-    return str(getattr(DATASETS.get(name), attr, default))
-
-
 def bundled_root(name: str) -> Path | None:
     """The folder of the subset of ``name`` shipped inside the package
     (``fedwear/data/bundled/<name>/``, original layout), or None when there is none."""
@@ -46,25 +39,25 @@ def bundled_root(name: str) -> Path | None:
     return Path(str(folder)) if isinstance(folder, Path) and folder.is_dir() else None
 
 
-def bundled_summary(name: str) -> str | None:
+def bundled_summary(name: str, subjects: str = "") -> str | None:
     """``"10 of 30 users, 9.3 MB"``-style description of the bundled subset, or None.
 
-    The subject part comes from the loader module's ``BUNDLED`` attribute (a short string), the
-    size from the files on disk."""
+    ``subjects`` is the loader module's ``BUNDLED`` attribute (a short string); the size comes
+    from the files on disk."""
     root = bundled_root(name)
     if root is None:
         return None
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    subjects = _loader_attr(name, "BUNDLED", "")
     return f"{subjects}, {size / 1e6:.1f} MB" if subjects else f"{size / 1e6:.1f} MB"
 
 
-def require_root(cfg: DatasetConfig) -> Path:
+def require_root(cfg: DatasetConfig, title: str | None = None, subjects: str = "") -> Path:
     """Return ``cfg.root`` as an existing folder.
 
     When ``dataset.root`` is not set, a dataset with a bundled subset resolves to it (logged once
-    per process on the ``fedwear`` logger); any other dataset raises a one-line error saying how
-    to set the root or download the data."""
+    per process on the ``fedwear`` logger, naming the dataset's ``title`` and bundled
+    ``subjects``); any other dataset raises a one-line error saying how to set the root or
+    download the data."""
     if cfg.root is None:
         bundled = bundled_root(cfg.name)
         if bundled is None:
@@ -78,8 +71,8 @@ def require_root(cfg: DatasetConfig) -> Path:
             logging.getLogger("fedwear").warning(
                 "dataset.root not set: using the bundled %s subset (%s) shipped with fedwear; "
                 "set dataset.root=<folder> for the full dataset (fedwear data download %s)",
-                _loader_attr(cfg.name, "TITLE", cfg.name),
-                bundled_summary(cfg.name),
+                title or cfg.name,
+                bundled_summary(cfg.name, subjects),
                 cfg.name,
             )
         return bundled

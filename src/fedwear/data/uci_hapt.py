@@ -105,7 +105,7 @@ def _labels(n: int, rows: np.ndarray, path: Path, nclass: int) -> np.ndarray:
 
 def load(cfg: DatasetConfig) -> RawDataset:
     """One Recording per experiment: subject = user id, session = ``"exp{XX}"``."""
-    root = require_root(cfg)
+    root = require_root(cfg, TITLE, BUNDLED)
     raw = root / "RawData"
     sig_files = [p for p in data_files(root) if _SIGNAL.match(p.name)]
     label_path = _find(raw, "labels.txt")

@@ -80,7 +80,7 @@ def read_file(path: Path) -> np.ndarray:
 
 def load(cfg: DatasetConfig) -> RawDataset:
     """One Recording per file: subject ``"1"``..``"14"``, session ``"a{act}t{trial}"``."""
-    root = require_root(cfg)
+    root = require_root(cfg, TITLE)
     files = data_files(root)
     if not files:
         raise DataError(

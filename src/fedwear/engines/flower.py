@@ -7,7 +7,7 @@ into Flower ``Message``s. The client side is a ``ClientApp`` whose handlers run 
 state in ``Context.state``. A :class:`~fedwear.methods.api.Record` maps 1:1 to an
 ``ArrayRecord`` (arrays) + ``ConfigRecord`` (scalars).
 
-``engine: flower-sim`` runs on Flower's simulation runtime (Ray); ``fedwear.engines.flower_app``
+``engine: flower-sim`` runs on Flower's simulation runtime (Ray); ``fedwear.flower_app``
 holds the apps for a real deployment (SuperLink + SuperNodes).
 """
 
@@ -106,9 +106,10 @@ def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot
     """Every client of the run in roster order (partition id = index), from the data on this node."""
     from fedwear.data import load_federated
     from fedwear.methods import Task, build_method
+    from fedwear.privacy import private
 
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    method = build_method(Task.of(cfg, data))
+    method = private(build_method(Task.of(cfg, data)))
     roster = Roster.of(method, data)
     pooled = pooled_test(data) if with_pooled_test and data.clients else None
     trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in method.training_clients(data)}
@@ -194,7 +195,7 @@ def make_client_app(slot_of):
         return handle(slot_of(context), msg, context)
 
     def _secagg(msg, context):
-        return secagg_train(slot_of(context), msg, context)
+        return secagg_train(slot_of(context), msg, context, train)
 
     app.train(TRAIN_ACTION)(_handler)
     app.train(mods=[secaggplus_mod])(_secagg)

@@ -33,8 +33,8 @@ description = "fedwear on Flower: the ServerApp and ClientApp of an installed fe
 publisher = "fedwear"
 
 [tool.flwr.app.components]
-serverapp = "fedwear.engines.flower_app:server_app"
-clientapp = "fedwear.engines.flower_app:client_app"
+serverapp = "fedwear.flower_app:server_app"
+clientapp = "fedwear.flower_app:client_app"
 
 [tool.flwr.app.config]
 config = ""

@@ -74,13 +74,12 @@ def secure_mean(grid, cfg: RunConfig, nodes: dict[str, int], down: Record, round
     return arrays, [client_of[n] for n in contributed]
 
 
-def secagg_train(slot, msg, context):
-    """Client side, called by ``secaggplus_mod`` with the legacy FitIns layout."""
+def secagg_train(slot, msg, context, train):
+    """Client side, called by ``secaggplus_mod`` with the legacy FitIns layout; ``train`` is the
+    engine's ``train(slot, down, context, round) -> Record``."""
     import flwr.compat.common.recorddict_compat as compat
     from flwr.app import Message
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
-
-    from fedwear.engines.flower import train
 
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     names = str(fitins.config[NAMES]).split("\n")

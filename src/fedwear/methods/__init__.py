@@ -1,15 +1,31 @@
-"""Registry of federated methods: one file per method, named after it."""
+"""Registry of federated methods: one file per method, named after it.
+
+Every module of this package that defines a :class:`Method` subclass with its own ``name`` is
+registered (so a new method is one new file); a method defined elsewhere registers itself with
+``METHODS[MyMethod.name] = MyMethod``.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from fedwear.errors import ConfigError, validate_options
 from fedwear.methods.api import Method, Options, Record, Task
-from fedwear.methods.centralized import Centralized
-from fedwear.methods.fedavg import FedAvg
-from fedwear.methods.fedprox import FedProx
-from fedwear.methods.local import Local
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (FedAvg, FedProx, Local, Centralized)}
+
+def _discover() -> dict[str, type[Method]]:
+    found: dict[str, type[Method]] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for obj in vars(module).values():
+            if (isinstance(obj, type) and issubclass(obj, Method) and obj.__module__ == module.__name__
+                    and "name" in vars(obj)):
+                found[obj.name] = obj
+    return found
+
+
+METHODS: dict[str, type[Method]] = _discover()
 
 
 def method_class(name: str) -> type[Method]:
@@ -24,14 +40,9 @@ def parse_options(name: str, raw: dict | None) -> Options:
 
 
 def build_method(task: Task) -> Method:
-    """The configured method, wrapped for differential privacy when ``privacy.dp`` asks for it."""
+    """The configured method (``fedwear.privacy.private`` wraps it for ``privacy.dp``)."""
     cfg = task.config
-    method = method_class(cfg.method)(task, parse_options(cfg.method, cfg.method_options.get(cfg.method)))
-    if cfg.privacy.dp == "central":
-        from fedwear.privacy import CentralDP
-
-        return CentralDP(method)  # type: ignore[return-value]
-    return method
+    return method_class(cfg.method)(task, parse_options(cfg.method, cfg.method_options.get(cfg.method)))
 
 
 __all__ = ["METHODS", "Method", "Options", "Record", "Task", "build_method", "method_class", "parse_options"]

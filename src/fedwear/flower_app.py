@@ -23,7 +23,7 @@ STREAM_FORMAT = "%(levelname)s: %(message)s"
 
 @server_app.main()
 def _serve(grid, context) -> None:
-    from fedwear.api import serve
+    from fedwear.api import serve  # only the server needs it; client processes start lighter
 
     rc = context.run_config
     stream_log()

@@ -1,0 +1,99 @@
+"""Imports go down only (docs/architecture.md): no module imports a higher layer, none in a cycle.
+
+Every import counts, including those inside functions; only ``if TYPE_CHECKING:`` blocks are
+exempt (annotations, never executed).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import fedwear
+
+PACKAGE = Path(fedwear.__file__).parent
+
+#: Top to bottom; a module may import its own layer or lower ones.
+LAYERS: list[tuple[str, ...]] = [
+    ("fedwear.cli", "fedwear.__main__"),
+    ("fedwear.flower_app",),
+    ("fedwear.api", "fedwear.config_reference", "fedwear.report"),
+    ("fedwear.rundir", "fedwear.summary"),
+    ("fedwear.callbacks",),
+    ("fedwear.engines",),
+    ("fedwear.privacy",),
+    ("fedwear.config",),
+    ("fedwear.methods",),
+    ("fedwear.evaluation",),
+    ("fedwear.models",),
+    ("fedwear.data",),
+    ("fedwear.errors", "fedwear.seeding", "fedwear.version"),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int | None:
+    for i, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedwear"):
+            for alias in node.names:  # `from fedwear.x import y` may name the submodule y
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                        or (PACKAGE.parent / sub.replace(".", "/")).is_dir() else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("fedwear"))
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py") if module_name(p) != "fedwear"}
+
+
+def test_every_module_has_a_layer():
+    assert not [m for m in graph() if layer(m) is None]
+
+
+def test_imports_go_down_only():
+    upward = sorted(
+        f"{m} -> {t}" for m, targets in graph().items() for t in targets
+        if t != "fedwear" and layer(t) is not None and layer(t) < layer(m)
+    )
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    g = graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(g.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append(" -> ".join(path[path.index(t):] + [t]) if t in path else f"{m} -> {t}")
+            elif t in g and state.get(t) is None:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(g):
+        if state.get(m) is None:
+            visit(m, [m])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
