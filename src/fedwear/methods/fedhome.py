@@ -1,0 +1,134 @@
+"""FedHome (Q. Wu, X. Chen, Z. Zhou, J. Zhang, "FedHome: Cloud-Edge Based Personalized Federated
+Learning for In-Home Health Monitoring", IEEE Transactions on Mobile Computing, 2020), as run in
+ProtoHAR's code (github.com/cheng-haha/ProtoHAR, ``serverFedHome.py`` / ``userhome.py``), where
+ProtoHAR's (Cheng et al., IEEE JBHI 2023) FedHome numbers come from.
+
+1. Rounds 1 .. R - F: FedAvg on the whole model (the paper's federated training of a global model).
+2. Rounds R - F + 1 .. R (F = ``personal_rounds``): every client trains every round and the
+   server state no longer changes. A client takes the final global body, frozen, computes the
+   representations ``body(x)`` of its train split, drops the classes with at most
+   ``min_class_samples`` samples, balances the rest by oversampling and trains only its own
+   head on them for ``local_epochs`` epochs per round (plain SGD, ``head_lr``, the optimiser's
+   momentum; in order, as the code's DataLoader has no shuffle; no clipping).
+
+The paper oversamples with a generative convolutional autoencoder; the code, and so this file,
+uses imbalanced-learn's ``SMOTE()`` with its defaults (k_neighbors = 5) instead. The code builds
+the balanced set once; here it is rebuilt every personalised round from the same (frozen) body
+with the same seed, which gives the same set. Representations are taken in eval mode.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from imblearn.over_sampling import SMOTE
+from pydantic import Field
+from torch import nn
+
+from fedwear.data.types import ClientData
+from fedwear.methods.api import Options, Record, Task
+from fedwear.methods.fedavg import FedAvg, tensors
+from fedwear.methods.training import LocalOptimizer, model_arrays, train_epochs
+from fedwear.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+HEAD = ("head",)
+
+
+class FedHomeOptions(Options):
+    personal_rounds: int = Field(
+        50, ge=0,
+        description="F: the last F rounds train personal heads (ProtoHAR's runexp.sh: --fine_epochs 50)",
+    )
+    head_lr: float = Field(
+        0.01, gt=0,
+        description="learning rate of the personal heads (ProtoHAR's runexp.sh: --personal_learning_rate 0.01)",
+    )
+    min_class_samples: int = Field(
+        5, ge=5,
+        description="classes with at most this many train samples are dropped before SMOTE (userhome.py: 5 = SMOTE's k_neighbors)",
+    )
+
+
+class FedHome(FedAvg):
+    name = "fedhome"
+    summary = "FedHome (Wu et al. 2020): FedAvg, then each client trains its own head on SMOTE-balanced representations."
+    Options = FedHomeOptions
+    #: Phase 2 is not a mean of client arrays (central DP / SecAgg+ do not apply).
+    mean_aggregation = False
+
+    def __init__(self, task: Task, options: FedHomeOptions) -> None:
+        super().__init__(task, options)
+        self.first_personal = task.config.rounds - options.personal_rounds + 1
+        if self.first_personal <= 1:
+            log.warning("fedhome: personal_rounds (%d) >= rounds (%d): no FedAvg phase, heads train on "
+                        "the initial body", options.personal_rounds, task.config.rounds)
+
+    def personal_round(self, round: int) -> bool:
+        return round >= self.first_personal
+
+    # ---- server -------------------------------------------------------------------------
+    def select(self, server, round, scheduled, all_clients):
+        return list(all_clients) if self.personal_round(round) else scheduled
+
+    def configure(self, server: Record, client: str, round: int) -> Record:
+        """The global model; in phase 2 marked so that a reply without arrays is valid."""
+        return Record(server.arrays, {"personal": True} if self.personal_round(round) else {})
+
+    def reply_spec(self, down: Record) -> dict[str, tuple[int, ...] | None]:
+        return {} if down.scalars.get("personal") else super().reply_spec(down)
+
+    def aggregate(self, server: Record, replies: dict[str, Record], round: int) -> Record:
+        return server if self.personal_round(round) else super().aggregate(server, replies, round)
+
+    # ---- client -------------------------------------------------------------------------
+    def fit(self, down, state, data, round, seed):
+        if not self.personal_round(round):
+            return super().fit(down, state, data, round, seed)
+        torch.manual_seed(seed)
+        model = self.load(down, state)  # the final global body, the client's head (global at first)
+        r, y = self.balanced_representations(model, data)
+        o = self.task.config.optimizer
+        opt = LocalOptimizer("head", torch.optim.SGD(model.head.parameters(), lr=self.options.head_lr,
+                                                     momentum=o.momentum))
+        if o.persist:
+            opt.load_state_arrays(state.arrays)
+        # train_epochs, not FedAvg.train: no grad_clip here (userhome.py's train_pred)
+        loss = train_epochs(
+            model, opt.optimizer, r, y, epochs=self.local_epochs, batch_size=self.batch_size,
+            generator=torch.Generator().manual_seed(seed), loss_fn=self.head_loss, shuffle=False,
+            after_epoch=opt.end_epoch,
+        )
+        arrays = model_arrays(model, HEAD)
+        if o.persist:
+            arrays.update(opt.state_arrays())
+        return Record({}, {"num_examples": len(data.train), "loss": loss}), Record(arrays)
+
+    def head_loss(self, model: nn.Module, r: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model.head(r), y)
+
+    def balanced_representations(self, model: nn.Module, data: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
+        """userhome.py's ``generate_data``: body outputs of the train split, classes with at most
+        ``min_class_samples`` samples dropped, the rest grouped by class in order of first
+        appearance and balanced by SMOTE (original samples first, then the synthetic ones)."""
+        x, y = tensors(data)
+        with torch.no_grad():
+            r = model.eval().features(x).numpy()
+        labels = y.numpy()
+        classes, first, counts = np.unique(labels, return_index=True, return_counts=True)
+        order = np.argsort(first)  # the code's Counter order: first appearance
+        kept = [c for c, n in zip(classes[order], counts[order], strict=True) if n > self.options.min_class_samples]
+        idx = np.concatenate([np.flatnonzero(labels == c) for c in kept] or [np.zeros(0, np.int64)])
+        r, labels = r[idx], labels[idx]
+        if len(kept) > 1:
+            # one seed per client for the whole run ("fit" at round 0 never trains: a stream of its own)
+            seed = derive_seed(self.task.config.seed, "fit", 0, f"fedhome-smote/{data.client_id}")
+            r, labels = SMOTE(random_state=seed % 2**32).fit_resample(r, labels)
+        return torch.from_numpy(np.ascontiguousarray(r, np.float32)), torch.from_numpy(labels.astype(np.int64))
+
+
+__all__ = ["FedHome"]
