@@ -82,7 +82,7 @@ class EvaluationConfig(Strict):
     patience: int | None = Field(
         None, ge=1, description="stop after this many evaluations without a better best_metric (test split); null: never"
     )
-    batch_size: int = Field(1024, ge=1)
+    batch_size: int = Field(64, ge=1, description="evaluation batch (64: fastest for HARCNN on a CPU, see benchmarks)")
 
 
 class SecAggConfig(Strict):

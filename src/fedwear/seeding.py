@@ -10,8 +10,10 @@ PURPOSES = {"schedule": 1, "fit": 2, "adapt": 3, "personalize": 4, "select": 5, 
 
 
 def derive_seed(seed: int, purpose: str, round: int = 0, client: str = "") -> int:
-    """A 63-bit seed for one (purpose, round, client) draw."""
-    ss = np.random.SeedSequence([seed, PURPOSES[purpose], round, zlib.crc32(client.encode())])
+    """A 63-bit seed for one (purpose, round, client) draw; a purpose outside ``PURPOSES`` (a
+    method's own, e.g. ``"body"``) is identified by the CRC-32 of its name."""
+    code = PURPOSES.get(purpose, zlib.crc32(purpose.encode()) | 1 << 32)
+    ss = np.random.SeedSequence([seed, code, round, zlib.crc32(client.encode())])
     return int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 

@@ -59,15 +59,22 @@ class EvalCache:
 
 
 class ClientRuntime:
-    """One client: its data, and (for the generalization view) the pooled test set if available."""
+    """One client: its data, and (for the generalization view) the pooled test set if available.
+
+    ``own_slice`` locates the client's test split inside the pooled one: with the
+    generalization view on, its test logits are cut from the pooled logits, so each model
+    runs over the test windows once.
+    """
 
     def __init__(self, method: Method, data: ClientData, cfg: RunConfig, pooled_test: Windows | None = None,
-                 cache: EvalCache | None = None):
+                 cache: EvalCache | None = None, own_slice: slice | None = None):
         self.method = method
         self.data = data
         self.cfg = cfg
         self.pooled_test = pooled_test
         self.cache = cache or EvalCache()
+        use = pooled_test is not None and "generalization" in cfg.evaluation.views
+        self.own_slice = own_slice if use else None
 
     def fit(self, down: Record, state: Record, round: int) -> tuple[Record, Record]:
         seed = derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
@@ -107,6 +114,10 @@ class ClientRuntime:
         return [self._row(round, pred, view, s, getattr(self.data, s)) for s in splits]
 
     def _row(self, round: int, pred: Predictor, view: str, split: str, w: Windows) -> Row:
-        logits = self.cache.logits(round, as_predictor(pred), w, self.cfg.evaluation.batch_size)
+        pred, bs = as_predictor(pred), self.cfg.evaluation.batch_size
+        if w is self.data.test and self.own_slice is not None:
+            logits = self.cache.logits(round, pred, self.pooled_test, bs)[self.own_slice]
+        else:
+            logits = self.cache.logits(round, pred, w, bs)
         metrics = classification_metrics(w.y, logits, self.cfg.evaluation.auc)
         return {"view": view, "split": split, "n": len(w), "n_train": len(self.data.train), **metrics}

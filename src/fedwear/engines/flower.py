@@ -23,7 +23,7 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.engines.client import ClientRuntime, EvalCache, Row
-from fedwear.engines.runner import Callback, Roster, Runner, pooled_test
+from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.secagg import secagg_train, secure_mean
 from fedwear.errors import FedwearError
 from fedwear.methods import Method, Record
@@ -114,7 +114,8 @@ def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot
     pooled = pooled_test(data) if with_pooled_test and data.clients else None
     trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in method.training_clients(data)}
     shared = EvalCache()  # per process: a Ray actor plays many clients
-    evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled, shared) for c in data.clients}
+    slices = test_slices(data)
+    evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled, shared, slices[c.client_id]) for c in data.clients}
     evaluated.update({c.client_id: ClientRuntime(method, c, cfg) for c in data.new_clients})
     order = list(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
     dims = (roster.window, roster.channels, roster.num_classes)

@@ -52,6 +52,15 @@ class Callback:
     def on_end(self, runner: Runner) -> None: ...
 
 
+def test_slices(data: FederatedData) -> dict[str, slice]:
+    """Where each training client's test split sits inside :func:`pooled_test`."""
+    out, start = {}, 0
+    for c in data.clients:
+        out[c.client_id] = slice(start, start + len(c.test))
+        start += len(c.test)
+    return out
+
+
 def pooled_test(data: FederatedData) -> Windows:
     tests = [c.test for c in data.clients]
     return Windows(*(np.concatenate([getattr(w, f) for w in tests]) for f in ("x", "y", "recording", "start")))

@@ -10,10 +10,13 @@ from fedwear.methods.api import Method, Record
 
 class SimExecutor:
     def __init__(self, method: Method, train: list[ClientData], evaluated: list[ClientData],
-                 new: list[ClientData], pooled_test: Windows, cfg: RunConfig) -> None:
+                 new: list[ClientData], pooled_test: Windows, cfg: RunConfig,
+                 test_slices: dict[str, slice] | None = None) -> None:
         self.trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in train}
         shared = EvalCache()
-        self.evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled_test, shared) for c in evaluated}
+        slices = test_slices or {}
+        self.evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled_test, shared, slices.get(c.client_id))
+                          for c in evaluated}
         self.new = {c.client_id: ClientRuntime(method, c, cfg) for c in new}
         self.states: dict[str, Record] = {}
 
