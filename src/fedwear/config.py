@@ -166,9 +166,17 @@ class RunConfig(Strict):
         return min(n, v)
 
     def hash(self) -> str:
-        """Digest of the settings that differ from the defaults: a key added later (with a
-        default) does not orphan the run directories made before it."""
+        """Digest of the settings that decide a run's numbers and differ from the defaults: a
+        key added later (with a default) does not orphan run directories made before it; where
+        the data lives (``dataset.root``, ``dataset.cache_dir``) and other methods' options do
+        not count."""
         tree = self.model_dump(mode="json", exclude_defaults=True)
+        for key in ("root", "cache_dir"):
+            tree.get("dataset", {}).pop(key, None)
+        own = self.method_options.get(self.method)
+        tree.pop("method_options", None)
+        if own:
+            tree["method_options"] = {self.method: own}
         return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:16]
 
 
