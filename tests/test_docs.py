@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib.util
 import inspect
 import io
 import re
@@ -20,6 +21,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -28,7 +30,7 @@ from fedwear.config_reference import COMMAND, render
 from fedwear.data import DATASETS, load_federated, load_raw
 from fedwear.data.config import DatasetConfig
 from fedwear.errors import DataError
-from fedwear.methods import METHODS, Task
+from fedwear.methods import METHODS, Record, Task
 from fedwear.methods.api import Method
 from fedwear.methods.fedavg import FedAvg
 from fedwear.methods.training import model_arrays
@@ -142,28 +144,61 @@ def test_method_guide_tables_list_every_hook():
         assert rows <= known, f"{sorted(rows - known)} under {heading!r} are not in {cls.__name__}"
 
 
+GUIDE_METHODS = {"fedbabu": "fedwear.methods.fedbabu", "fedntd": "fedwear.methods.fedntd"}
+
+
+def guide_modules() -> set[str]:
+    return {b["target"] for b in blocks(DOCS / "adding-a-method.md") if b["kind"] == "module"}
+
+
+def test_method_guide_examples_are_not_in_the_package():
+    """The guide adds methods fedwear does not ship: its modules and names must be free."""
+    assert guide_modules() == set(GUIDE_METHODS.values())
+    for name, module in GUIDE_METHODS.items():
+        assert name not in METHODS, f"{name} is a method of the package: pick another example"
+        if module not in sys.modules:
+            assert importlib.util.find_spec(module) is None, f"{module} exists in the package"
+
+
 def test_method_guide_runs(sandbox):
     ns = run_doc(DOCS / "adding-a-method.md")
-    fedper = ns["fedwear.methods.fedper"].FedPer
+    fedbabu = ns["fedwear.methods.fedbabu"].FedBABU
     fedntd = ns["fedwear.methods.fedntd"].FedNTD
-    assert issubclass(fedper, FedAvg) and issubclass(fedntd, FedAvg)
-    assert METHODS["fedper"] is fedper and METHODS["fedntd"] is fedntd  # registered by the guide
+    assert issubclass(fedbabu, FedAvg) and issubclass(fedntd, FedAvg)
+    assert METHODS["fedbabu"] is fedbabu and METHODS["fedntd"] is fedntd  # registered by the guide
 
-    # the guide ran fedavg, fedper and fedntd on tiny_config for 2 rounds
+    # the guide ran fedavg, fedbabu and fedntd on tiny_config for 2 rounds
     runs = ns["results"]
+    assert set(runs) == {"fedavg", "fedbabu", "fedntd"}
     for name, run in runs.items():
         assert run.summary["final_round"] == 2
         first, last = train_losses(run)
         assert last < first, f"{name} does not train: train loss {first} -> {last}"
         assert run.summary["final"]["personalized"]["accuracy"] > 1 / 3, name  # 3 classes
-    avg, per, ntd = runs["fedavg"].summary, runs["fedper"].summary, runs["fedntd"].summary
-    # the personal part never leaves a client: exactly the head's bytes are missing per reply
-    task = Task(tiny_config(method="fedper"), window=32, channels=3, num_classes=3, num_clients=4)
-    head = model_arrays(fedper(task, fedper.Options()).model, fedper.personal)
+    avg, babu, ntd = runs["fedavg"].summary, runs["fedbabu"].summary, runs["fedntd"].summary
+    # FedBABU sends the body only: exactly the head's bytes are missing per reply
+    cfg = tiny_config(method="fedbabu")
+    data = load_federated(cfg.dataset, cfg.seed)
+    method = fedbabu(Task.of(cfg, data), fedbabu.Options())
+    head = model_arrays(method.model, ("head",))
     replies = 2 * 3  # rounds x clients_per_round of tiny_config
-    assert per["bytes_up"] < avg["bytes_up"]
-    assert avg["bytes_up"] - per["bytes_up"] == replies * sum(a.nbytes for a in head.values())
-    assert "global" not in per["final"] and "global" in avg["final"]
+    assert avg["bytes_up"] - babu["bytes_up"] == replies * sum(a.nbytes for a in head.values())
+    assert "global" in babu["final"] and "global" in avg["final"]  # the initial head is common
+    # local training moves the body and leaves the head at its initial weights
+    client = data.clients[0]
+    down = method.configure(method.init_server(), client.client_id, 1)
+    up, state = method.fit(down, Record(), client, 1, seed=0)
+    assert set(up.arrays) == set(down.arrays) and all(k.startswith("body.") for k in up.arrays)
+    assert any(not np.array_equal(up.arrays[k], down.arrays[k]) for k in up.arrays)
+    trained = model_arrays(method.model, ("head",))
+    moved = [k for k in head if not np.array_equal(trained[k], method.initial[k])]
+    assert not moved, f"FedBABU trained the head during fit: {moved}"
+    assert not any(k.startswith("head.") for k in state.arrays)
+    # personalisation and new clients fine-tune the head
+    tuned = method.adapt(down, client, seed=0)
+    assert set(tuned.arrays) == set(head)
+    assert any(not np.array_equal(tuned.arrays[k], method.initial[k]) for k in head)
+
     # FedNTD sends what FedAvg sends; its term changes training, and with beta = 0 it is FedAvg
     assert ntd["bytes_up"] == avg["bytes_up"]
     assert train_losses(runs["fedntd"]) != train_losses(runs["fedavg"])
@@ -182,8 +217,9 @@ def test_method_guide_runs(sandbox):
 
 
 def test_method_guide_leaves_no_registration_behind():
-    assert "fedper" not in METHODS and "fedntd" not in METHODS
-    assert "fedwear.methods.fedper" not in sys.modules
+    for name, module in GUIDE_METHODS.items():
+        assert name not in METHODS, f"{name!r} is still registered"
+        assert module not in sys.modules, f"{module} is still imported"
 
 
 # --------------------------------------------------------------------------- adding a dataset
