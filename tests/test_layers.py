@@ -17,7 +17,9 @@ PACKAGE = Path(fedwear.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("fedwear.cli", "fedwear.__main__"),
     ("fedwear.flower_app",),
-    ("fedwear.api", "fedwear.config_reference", "fedwear.report"),
+    ("fedwear.reproduce",),
+    ("fedwear.compare", "fedwear.report"),
+    ("fedwear.api", "fedwear.config_reference"),
     ("fedwear.rundir", "fedwear.summary"),
     ("fedwear.callbacks",),
     ("fedwear.engines",),

@@ -257,9 +257,6 @@ def test_protohar_beats_fedavg_and_local_under_label_skew(tmp_path):
     assert acc["protohar"] > acc["local"], acc
 
 
-# ---- known bugs (see the report; strict: these start passing when fixed) ------------------------
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="ProtoHAR.adapt trains with self.loss, which reads global_protos set only by fit")
 def test_a_new_client_adapts_before_any_fit():
     # evaluation.at_start with the new_clients view, or a Flower process that never trained
     m, data = setup()
@@ -274,8 +271,6 @@ def test_a_new_client_adapts_before_any_fit():
         np.testing.assert_allclose(head.arrays[name], plain.arrays[name], rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                   reason="ProtoHAR inherits mean_aggregation=True; DP then fails on proto_count")
 def test_central_dp_is_refused_up_front():
     with pytest.raises(ConfigError, match="privacy.dp"):
         tiny_config(method="protohar", **{"privacy.dp": "central"})

@@ -8,11 +8,12 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, console_logging, fail
+from fedwear.cli.common import SetOpt, console_logging, fail, int_list
 from fedwear.cli.data import data_app
 from fedwear.cli.flower import flower_app
 from fedwear.cli.reference import config_reference
 from fedwear.cli.report import report
+from fedwear.cli.reproduce import reproduce
 from fedwear.errors import FedwearError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
@@ -20,6 +21,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(flower_app, name="flower")
 app.command("report")(report)
 app.command("config-reference")(config_reference)
+app.command("reproduce")(reproduce)
 
 
 OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]
@@ -67,16 +69,6 @@ def _exit_on_failed_rounds(summaries: dict[str, dict]) -> None:
         raise typer.Exit(FAILED_ROUNDS_EXIT)
 
 
-def _int_list(option: str, text: str) -> list[int]:
-    try:
-        values = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise FedwearError(f"{option} {text!r}: expected comma-separated integers, e.g. {option} 0,1,2") from None
-    if not values:
-        raise FedwearError(f"{option}: give at least one value, e.g. {option} 0")
-    return values
-
-
 @app.command()
 def compare(
     config: Path,
@@ -94,6 +86,7 @@ def compare(
     Into an existing folder, finished runs of the same config are reused and unfinished ones
     resume from their checkpoints, so an interrupted comparison continues with the same command.
     """
+    from fedwear.compare import run_grid
     from fedwear.config import load_config
     from fedwear.report.tables import comparison_table
 
@@ -104,7 +97,7 @@ def compare(
         names = [m.strip() for m in methods.split(",") if m.strip()]
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
-        seed_list = _int_list("--seeds", seeds)
+        seed_list = int_list("--seeds", seeds)
         base = load_config(config, set_ or [])
         root = out or Path("runs") / f"compare-{Path(config).stem}"
         if root.exists() and not root.is_dir():
@@ -117,7 +110,7 @@ def compare(
                 if threads and base.threads is None:
                     sets.append(f"threads={threads}")
                 runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
-        done = _run_all(runs, jobs, overwrite, quiet)
+        done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 else None)
         summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
         md, frame = comparison_table(summaries, select, base)
     except FedwearError as e:
@@ -133,27 +126,8 @@ def compare(
     _exit_on_failed_rounds({str(where): s for where, s in done.items()})
 
 
-def _run_one(cfg, out: Path, overwrite: bool, quiet: bool) -> dict:
-    from fedwear.api import run as run_api
-
-    return run_api(cfg, out, resume=not overwrite, overwrite=overwrite, quiet=quiet).summary
-
-
-def _run_all(runs: list, jobs: int, overwrite: bool, quiet: bool) -> dict[Path, dict]:
-    """Run folder -> summary; with ``jobs > 1`` in separate processes (spawned, so each run's
-    numbers equal those of a run on its own), reporting each run as it ends."""
-    if jobs == 1:
-        return {where: _run_one(cfg, where, overwrite, quiet) for _, cfg, where in runs}
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    out = {}
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_run_one, cfg, where, overwrite, True): where for _, cfg, where in runs}
-        for k, future in enumerate(as_completed(futures), 1):
-            out[futures[future]] = future.result()
-            typer.echo(f"[{k}/{len(runs)}] done: {futures[future]}", err=True)
-    return out
+def _announce(k: int, n: int, where: Path) -> None:
+    typer.echo(f"[{k}/{n}] done: {where}", err=True)
 
 
 @app.command("methods")

@@ -8,6 +8,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from fedwear.errors import FedwearError
+
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config key: --set rounds=10")]
 
 
@@ -26,3 +28,13 @@ def console_logging(quiet: bool) -> None:
         h.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
         h._fedwear_console = True  # type: ignore[attr-defined]
         log.addHandler(h)
+
+
+def int_list(option: str, text: str) -> list[int]:
+    try:
+        values = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise FedwearError(f"{option} {text!r}: expected comma-separated integers, e.g. {option} 0,1,2") from None
+    if not values:
+        raise FedwearError(f"{option}: give at least one value, e.g. {option} 0")
+    return values

@@ -104,7 +104,8 @@ class FedAvg(Method):
 
     # ---- server -------------------------------------------------------------------------
     def init_server(self) -> Record:
-        return Record(model_arrays(self.model, self.shared))
+        """The initial weights of the ``shared`` parts."""
+        return Record({k: a for k, a in self.initial.items() if k.split(".", 1)[0] in self.shared})
 
     def configure(self, server: Record, client: str, round: int) -> Record:
         return Record(server.arrays)
@@ -171,12 +172,13 @@ class FedAvg(Method):
         """FedAvg has no adaptation: a new client uses the global model as it is."""
         return Record()
 
-    def train_personal(self, down: Record, data: ClientData, seed: int, parts: tuple[str, ...]) -> Record:
+    def train_personal(self, down: Record, data: ClientData, seed: int, parts: tuple[str, ...],
+                       loss_fn: LossFn | None = None, lr: float | None = None) -> Record:
         """Adaptation by training ``parts`` for ``evaluation.adapt_epochs`` epochs from ``down``."""
         torch.manual_seed(seed)
         model = self.load(down, Record())
-        opt = self.optimizer(model, parts, Record())
-        self.train(model, opt, data, seed, epochs=self.task.config.evaluation.adapt_epochs)
+        opt = self.optimizer(model, parts, Record(), lr=lr)
+        self.train(model, opt, data, seed, epochs=self.task.config.evaluation.adapt_epochs, loss_fn=loss_fn)
         return Record(model_arrays(model, self.personal))
 
 

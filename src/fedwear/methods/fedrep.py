@@ -69,8 +69,9 @@ class FedRep(FedAvg):
         return nn.functional.cross_entropy(model(x), y)
 
     def adapt(self, down, data, seed):
-        """A new client trains a head on the global representation for the adaptation budget."""
-        return self.train_personal(down, data, seed, self.personal)
+        """A new client trains a head on the global representation for the adaptation budget
+        (the head step's objective and learning rate)."""
+        return self.train_personal(down, data, seed, self.personal, self.head_loss, self.options.head_lr)
 
 
 __all__ = ["FedRep", "frozen"]

@@ -50,6 +50,7 @@ class ProtoHAR(FedRep):
     name = "protohar"
     summary = "ProtoHAR (Cheng et al. 2023): FedRep's head/body steps with a global-prototype regulariser on the body."
     Options = ProtoHAROptions
+    mean_aggregation = False  # prototypes are a per-class mean over the clients that have the class
 
     def __init__(self, task, options):
         super().__init__(task, options)

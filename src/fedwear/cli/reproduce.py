@@ -1,0 +1,59 @@
+"""``fedwear reproduce <paper>:<table>``: re-run a published table and put it next to the paper's."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedwear.cli.common import SetOpt, console_logging, fail, int_list
+from fedwear.errors import FedwearError
+
+
+def reproduce(
+    table: Annotated[str | None, typer.Argument(help="e.g. protohar:table2 (--list shows all)")] = None,
+    root: Annotated[str | None, typer.Option(help="folder of the dataset's original files (dataset.root)")] = None,
+    seeds: Annotated[str | None, typer.Option(help="comma-separated seeds for every method (default: the table's)")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (one process each)")] = 1,
+    out: Annotated[Path | None, typer.Option(help="folder of the run folders (default runs/<paper>-<table>)")] = None,
+    results: Annotated[Path | None, typer.Option(help="results file (default results/<table's file>)")] = None,
+    set_: SetOpt = None,
+    report_only: Annotated[bool, typer.Option(help="write the results file from the runs made so far; run nothing")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced")] = False,
+    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+) -> None:
+    """Run a paper's table (resumable: the same command continues it) and write the results file
+    with the paper's numbers, the differences, and a flag where one exceeds 2 points."""
+    from fedwear import reproduce as rp
+    from fedwear.compare import run_grid
+    from fedwear.reproduce.results import write_results
+
+    if list_ or table is None:
+        for key, exp in rp.EXPERIMENTS.items():
+            typer.echo(f"{key:20s} {exp.title} ({len(exp.methods)} methods)")
+        return
+    console_logging(quiet)
+    try:
+        exp = rp.experiment(table)
+        folder = out or Path("runs") / table.replace(":", "-")
+        runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
+        command = "fedwear reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        target = results or Path("results") / exp.results
+        if not report_only:
+            typer.echo(f"{len(runs)} runs into {folder} (finished ones are reused, others resume)", err=True)
+
+            def progress(k: int, n: int, where: Path) -> None:
+                typer.echo(f"[{k}/{n}] done: {where}", err=True)
+                write_results(exp, runs, target, command, folder)
+
+            run_grid(runs, jobs, quiet=quiet or jobs > 1, on_done=progress)
+        typer.echo(write_results(exp, runs, target, command, folder))
+        typer.echo(f"results: {target}")
+    except FedwearError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: continue with the same command", err=True)
+        raise typer.Exit(130) from None

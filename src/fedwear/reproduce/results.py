@@ -1,0 +1,157 @@
+"""The results file of a reproduced table: ours next to the paper's, from the run folders.
+
+Everything is read from each run's ``metrics.csv`` and ``timing.csv``, so a file can be written
+while runs are still going: every row states the rounds it ran.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedwear.compare import Planned
+from fedwear.reproduce import Experiment, paper_table
+from fedwear.summary import aggregate_metrics, best_round
+from fedwear.version import __version__
+
+LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
+FLAG = 2.0  # points
+
+
+def run_numbers(cfg, where: Path) -> dict | None:
+    """Best-round and per-metric-best values (personalized view, test split, in %) of one run."""
+    if not (where / "metrics.csv").exists():
+        return None
+    metrics = pd.read_csv(where / "metrics.csv")
+    if metrics.empty:
+        return None
+    ev = cfg.evaluation
+    agg = aggregate_metrics(metrics, ev.client_weights)
+    view = ev.best_metric.partition(".")[0]
+    sel = agg[(agg["view"] == view) & (agg["split"] == "test")]
+    best = best_round(agg, ev.best_metric, ev.best_split, ev.best_statistic)
+    at_best = sel[sel["round"] == best].set_index("metric")["weighted"]
+    own_best = sel.groupby("metric")["weighted"].max()
+    curve = sel[sel["metric"] == "accuracy"].set_index("round")["weighted"]
+    timing = pd.read_csv(where / "timing.csv") if (where / "timing.csv").exists() else pd.DataFrame()
+    per_round = float(timing.loc[timing["round"] > 0, "wall_s"].median()) if len(timing) else float("nan")
+    return {
+        "rounds": int(metrics["round"].max()),
+        "of": cfg.rounds,
+        "best_round": best,
+        "at_best": {m: 100 * float(at_best.get(m, np.nan)) for m in LABEL},
+        "own_best": {m: 100 * float(own_best.get(m, np.nan)) for m in LABEL},
+        "curve": curve,
+        "s_per_round": per_round,
+    }
+
+
+def _cell(values: list[float]) -> str:
+    v = np.array(values, float)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return "n/a"
+    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std():.2f}"
+
+
+def _diff(ours: list[float], paper: float | None) -> str:
+    v = np.array(ours, float)
+    v = v[~np.isnan(v)]
+    if paper is None or not len(v):
+        return ""
+    d = v.mean() - paper
+    return f"{d:+.2f}" + (" ⚠" if abs(d) > FLAG else "")
+
+
+def rounds_to(curve: pd.Series, target: float) -> int | None:
+    hit = curve[curve >= target]
+    return int(hit.index.min()) if len(hit) else None
+
+
+def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
+    by_method: dict[str, list[dict]] = {}
+    for method, cfg, where in runs:
+        nums = run_numbers(cfg, where)
+        by_method.setdefault(method, [])
+        if nums is not None:
+            nums["seed"] = cfg.seed
+            by_method[method].append(nums)
+    paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "metrics": list(LABEL), "source": ""}
+    cfg0 = runs[0][1]
+    lines = [
+        f"# {exp.title}",
+        "",
+        f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.",
+        "",
+        f"Protocol: {exp.notes}.",
+        "",
+        f"Paper: {paper['source']}.",
+        "",
+        f"## Ours next to the paper (personalized view; each run's best round by {cfg0.evaluation.best_metric}, "
+        f"{cfg0.evaluation.client_weights}-weighted over clients)",
+        "",
+        "Cells: mean ± population std over the seeds listed, in %. Δ = ours − paper; ⚠ where |Δ| > 2 points.",
+        "",
+        "| Method | implementation | seeds | rounds run | " + " | ".join(
+            f"{LABEL[m]} | paper | Δ" for m in LABEL) + " | best round | s/round (1 thread) |",
+        "|" + "---|" * (5 + 3 * len(LABEL) + 1),
+    ]
+    for method in exp.methods:
+        got = by_method.get(method, [])
+        ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
+        seeds = ",".join(str(n["seed"]) for n in got) or "-"
+        rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
+        cells = []
+        for m in LABEL:
+            ours = [n["at_best"][m] for n in got]
+            cells += [_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))]
+        best = ", ".join(str(n["best_round"]) for n in got)
+        speed = _cell([n["s_per_round"] for n in got])
+        lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | " + " | ".join(cells)
+                     + f" | {best} | {speed} |")
+    lines += ["", "Each metric at its own best round (the maximum over rounds of each metric separately, "
+              "as the code's `ResultLogging.average_data` would report):", "",
+              "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]
+    for method in exp.methods:
+        got = by_method.get(method, [])
+        if got:
+            lines.append(f"| {method} | " + " | ".join(_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
+    if exp.rounds_table:
+        lines += _rounds_section(exp, by_method)
+    text = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text
+
+
+def _rounds_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str]:
+    ref = paper_table(exp.rounds_table)
+    lines = ["", "## Rounds to reach a target accuracy (seed 0)", "",
+             f"Paper: {ref['source']}. The target is the best accuracy of the target method's seed-0 run; "
+             "'never' = not reached in the rounds run.", ""]
+    for key, target_method in (("fedavg_target", "fedavg"), ("fedrep_target", "fedrep")):
+        seed0 = {m: next((n for n in runs if n["seed"] == 0), None) for m, runs in by_method.items()}
+        base = seed0.get(target_method)
+        if base is None:
+            continue
+        target = float(base["curve"].max())
+        base_rounds = rounds_to(base["curve"], target)
+        lines += [f"Target: {target_method}'s best accuracy, {100 * target:.2f}%", "",
+                  "| Method | rounds (ours) | speed-up | rounds (paper) |", "|---|---|---|---|"]
+        methods = exp.methods if key == "fedavg_target" else (target_method, "protohar")
+        for m in methods:
+            if m not in ref[key] and m != target_method:
+                continue
+            run = seed0.get(m)
+            r = rounds_to(run["curve"], target) if run else None
+            ours = "not run" if run is None else ("never" if r is None else str(r))
+            speed = f"{base_rounds / r:.2f}x" if r and base_rounds else ""
+            paper_r = ref[key].get(m)
+            lines.append(f"| {m} | {ours} | {speed} | {'never' if paper_r is None else paper_r} |")
+        lines.append("")
+    return lines
+
+
+__all__ = ["write_results"]
