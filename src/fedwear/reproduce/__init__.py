@@ -31,6 +31,7 @@ class Experiment:
     paper: str | None = None  # "<paper>:<table>" in papers/<paper>.yaml
     rounds_table: str | None = None  # "<paper>:<table>" of rounds-to-target numbers
     variants: dict[str, str] = field(default_factory=dict)  # method -> which implementation ran
+    run_first: tuple[str, ...] = ()  # methods whose runs start first (seed by seed)
     notes: str = ""
     results: str = "results.md"
 
@@ -38,7 +39,7 @@ class Experiment:
 PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold", "lgfedavg", "fedhome",
                     "fedrep", "protohar", "centralized")
 PROTOHAR_VARIANTS = {
-    "local": "ProtoHAR's code (SOLO)",
+    "local": "ProtoHAR's code (SOLO), 60 rounds = 300 epochs per client (the code: 300 rounds)",
     "fedavg": "ProtoHAR's code",
     "fedrep": "ProtoHAR's code (E_h 1, head lr 0.01)",
     "fedhome": "ProtoHAR's code (SMOTE, not the paper's autoencoder)",
@@ -58,7 +59,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         config="protohar_usc_had.yaml",
         methods=PROTOHAR_METHODS,
         more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep")},
-        sets={"centralized": ("rounds=60",)},
+        sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
+        run_first=("protohar", "fedavg", "fedrep"),
         paper="protohar:table2",
         rounds_table="protohar:table3",
         variants=PROTOHAR_VARIANTS,
@@ -68,7 +70,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
             "classes dropped per client (partition seed 1), windows 512 x 6 with the trailing window "
             "per trial, no normalisation; evaluation of every client at the start of each round "
             "(round 0 = untrained), weighted by train windows, micro AUC on logits, best round by "
-            "personalized accuracy on the test split (the paper's optimistic selection)"
+            "personalized accuracy on the test split (the paper's optimistic selection). SOLO (local) "
+            "and the centralized sanity row run 60 rounds: every client trains every round, so 300 "
+            "rounds would cost ~10 CPU-hours each here"
         ),
         results="protohar_uschad.md",
     ),
@@ -102,7 +106,8 @@ def plan(exp: Experiment, out: Path, root: str | None, seeds: list[int] | None =
                 extra.append(f"dataset.root={root}")
             cfg: RunConfig = load_config(config_path(exp), extra)
             runs.append((method, cfg, out / f"{method}-s{seed}"))
-    return runs
+    order = [*exp.run_first, *exp.methods]
+    return sorted(runs, key=lambda r: (r[1].seed, order.index(r[0])))
 
 
 __all__ = ["EXPERIMENTS", "Experiment", "config_path", "experiment", "paper_table", "plan"]

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fedwear.compare import Planned
+from fedwear.config import load_config
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
@@ -22,8 +23,10 @@ FLAG = 2.0  # points
 
 def run_numbers(cfg, where: Path) -> dict | None:
     """Best-round and per-metric-best values (personalized view, test split, in %) of one run."""
-    if not (where / "metrics.csv").exists():
+    if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
         return None
+    if load_config(where / "config.yaml").hash() != cfg.hash():
+        return None  # a run of another config: not this table's
     metrics = pd.read_csv(where / "metrics.csv")
     if metrics.empty:
         return None
