@@ -24,7 +24,7 @@ from fedwear.engines.flower import (  # noqa: E402
     wire_bytes,
 )
 from fedwear.engines.runner import Roster, Runner  # noqa: E402
-from fedwear.methods import Record, Task, build_method  # noqa: E402
+from fedwear.methods import METHODS, Record, Task, build_method  # noqa: E402
 from tests.flower_local import LocalGrid  # noqa: E402
 from tests.helpers import tiny_config  # noqa: E402
 
@@ -67,8 +67,15 @@ def run_on_grid(cfg, out, **grid_kwargs):
     return executor, grid
 
 
-def test_grid_engine_equals_sim_and_counts_the_same_bytes(tmp_path):
-    cfg = tiny_config()
+#: Settings that let a method show all of its phases within tiny_config's 3 rounds.
+PHASES = {"fedhome": {"method_options.fedhome.personal_rounds": 1}}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_grid_engine_equals_sim_and_counts_the_same_bytes(tmp_path, method):
+    """Every method gives the same metrics and bytes through Flower messages (the engine of
+    flower-sim and deployments, here on an in-process grid) as in-process."""
+    cfg = tiny_config(method=method, **{"evaluation.at_start": True, **PHASES.get(method, {})})
     executor, _ = run_on_grid(cfg, tmp_path / "grid")
     ref = fedwear.run(cfg, tmp_path / "sim")
     assert (tmp_path / "grid" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
@@ -140,7 +147,7 @@ def test_client_state_lives_in_context_state(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "fedavg+dp"])
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "protohar", "fedavg+dp"])
 def test_flower_sim_equals_sim(tmp_path, method):
     sets = {"dataset.cache_dir": str(tmp_path / "cache"), "method": method.split("+")[0]}
     if method.endswith("+dp"):
