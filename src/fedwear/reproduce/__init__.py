@@ -86,6 +86,9 @@ def experiment(key: str) -> Experiment:
 
 
 def config_path(exp: Experiment) -> Path:
+    """The experiment's config: a file of ``fedwear/reproduce/configs``, or an absolute path."""
+    if Path(exp.config).is_absolute():
+        return Path(exp.config)
     return Path(str(resources.files("fedwear.reproduce") / "configs" / exp.config))
 
 

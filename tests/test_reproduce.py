@@ -1,0 +1,73 @@
+"""`fedwear reproduce`: a table's runs, resumable, and a results file next to the paper's numbers."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from fedwear import reproduce as rp
+from fedwear.cli import app
+from fedwear.config import dump_config
+from fedwear.reproduce.results import write_results
+from tests.helpers import tiny_config
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    """A two-method table on synthetic data, compared against ProtoHAR's Table II numbers."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(dump_config(tiny_config(**{"evaluation.at_start": True})))
+    exp = rp.Experiment(key="tiny:t", title="Tiny", config=str(config), methods=("fedavg", "local"),
+                        more_seeds={"fedavg": (0, 1)}, sets={"local": ("rounds=2",)},
+                        paper="protohar:table2", rounds_table="protohar:table3", run_first=("local",))
+    monkeypatch.setitem(rp.EXPERIMENTS, exp.key, exp)
+    return exp
+
+
+def test_plan_validates_every_run_and_runs_the_first_methods_first(table, tmp_path):
+    runs = rp.plan(table, tmp_path / "runs", root=None)
+    assert [(m, c.seed) for m, c, _ in runs] == [("local", 0), ("fedavg", 0), ("fedavg", 1)]
+    assert runs[0][1].rounds == 2 and runs[1][1].rounds == 3
+    assert runs[1][2] == tmp_path / "runs" / "fedavg-s0"
+
+
+def test_reproduce_writes_ours_next_to_the_paper_and_resumes(table, tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    args = ["reproduce", "tiny:t", "--out", str(out), "--results", str(results), "--quiet"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    text = results.read_text()
+    assert "fedwear reproduce" in text and "Cheng et al." in text
+    fedavg = next(line for line in text.splitlines() if line.startswith("| fedavg |"))
+    cells = [c.strip() for c in fedavg.split("|")]
+    assert cells[3] == "0,1" and cells[4] == "3/3, 3/3"  # seeds and rounds run
+    assert cells[6] == "70.81"  # the paper's FedAvg accuracy on USC-HAD
+    assert "⚠" in cells[7]  # synthetic data: far from the paper
+    local = next(line for line in text.splitlines() if line.startswith("| local |"))
+    assert "2/2" in local
+    assert "Target: fedavg's best accuracy" in text
+
+    first = (out / "fedavg-s0" / "metrics.csv").read_bytes()
+    again = CliRunner().invoke(app, args)  # finished runs are reused, not re-run
+    assert again.exit_code == 0 and "3 runs" in again.output
+    assert (out / "fedavg-s0" / "metrics.csv").read_bytes() == first
+
+
+def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):
+    runs = rp.plan(table, tmp_path / "runs", root=None)
+    from fedwear.compare import run_one
+
+    method, cfg, where = runs[1]
+    run_one(cfg.model_copy(update={"rounds": 3}), where, False, True)
+    metrics = where / "metrics.csv"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(line for line in lines if not line.startswith("3,")) + "\n")  # stopped after round 2
+    text = write_results(table, runs, tmp_path / "r.md", "cmd", tmp_path / "runs")
+    fedavg = next(line for line in text.splitlines() if line.startswith("| fedavg |"))
+    assert "2/3" in fedavg
+    assert "| local |" in text and "not run" in text.split("| local |")[1].splitlines()[0]
+
+
+def test_unknown_table_is_one_line(table):
+    res = CliRunner().invoke(app, ["reproduce", "nope:t"])
+    assert res.exit_code == 2 and "unknown table 'nope:t'" in res.output and "tiny:t" in res.output
