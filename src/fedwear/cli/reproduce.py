@@ -38,7 +38,7 @@ def reproduce(
     console_logging(quiet)
     try:
         exp = rp.experiment(table)
-        folder = out or Path("runs") / table.replace(":", "-")
+        folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
         command = "fedwear reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
         target = results or Path("results") / exp.results

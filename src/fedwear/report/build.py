@@ -64,7 +64,7 @@ def _comparison_tables(cmp: Comparison) -> str:
     parts = ["<h2>Summary over seeds</h2>"]
     for select in ("final", "best"):
         parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select)}"
-                     f'<div class="caption">{html.comparison_caption(select)}</div>')
+                     f'<div class="caption">{html.comparison_caption(select, groups)}</div>')
     parts.append("<h3>Each run</h3>")
     for run in cmp.all_runs:
         parts.append(f"<details><summary>{escape(run.label)} ({escape(run.path.name)})</summary>"

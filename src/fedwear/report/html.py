@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from fedwear.config import VIEWS
-from fedwear.report.plots import WEIGHTED, Groups, Plot
+from fedwear.report.plots import Groups, Plot, flat, weighted
 from fedwear.report.rundir import Run
 from fedwear.report.units import NAMES, UNITS_NOTE, fmt
 
@@ -111,7 +111,7 @@ def _row(view: str, metric: str, cells: list[str], first: bool) -> str:
 
 def run_table_caption(run: Run) -> str:
     rule = run.summary.get("best_rule", "see summary.json")
-    return (f"Test split, from summary.json. <b>weighted mean</b>: {WEIGHTED}; <b>mean ± std</b>: "
+    return (f"Test split, from summary.json. <b>weighted mean</b>: {weighted([run])}; <b>mean ± std</b>: "
             "unweighted mean over clients ± population std over clients (ddof=0). "
             f"Best round: {escape(rule)}. {UNITS_NOTE}.")
 
@@ -145,10 +145,10 @@ def comparison_table(groups: Groups, select: str) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def comparison_caption(select: str) -> str:
+def comparison_caption(select: str, groups: Groups) -> str:
     when = ("final round" if select == "final"
             else "best round of each seed (its summary.json best_round)")
-    return (f"{when.capitalize()}, test split. Per seed the {WEIGHTED}; cell: mean ± population "
+    return (f"{when.capitalize()}, test split. Per seed the {weighted(flat(groups))}; cell: mean ± population "
             "std over seeds (ddof=0) of those per-seed values (n = seeds with a value, shown when "
             f"some seed has none). {UNITS_NOTE}.")
 

@@ -7,6 +7,7 @@ over its seeds and the band spans min..max over seeds.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +22,19 @@ from fedwear.report.rundir import Run
 from fedwear.report.units import NAMES, axis_label, scale
 
 Groups = dict[str, list[Run]]
+
+
+def flat(groups: Groups) -> list[Run]:
+    return [run for runs in groups.values() for run in runs]
 DPI = 110
-WEIGHTED = ("sample-weighted mean over clients "
-            "(weights: n, the test windows each client was evaluated on)")
+def weighted(runs: Iterable[Run]) -> str:
+    """How the runs' weighted means were taken over clients (``evaluation.client_weights``)."""
+    how = {run.client_weights for run in runs}
+    if how == {"uniform"}:
+        return "unweighted mean over clients"
+    if len(how) == 1:
+        return f"sample-weighted mean over clients (weights: each client's {how.pop()} windows)"
+    return "weighted mean over clients (weights: each run's evaluation.client_weights)"
 
 
 @dataclass
@@ -154,10 +165,10 @@ def curve_plots(groups: Groups, out: Path) -> list[Plot]:
             what = f"{NAMES.get(metric, metric)}, {view} view, test split, at each evaluated round"
             drawn = {m: groups[m] for m in lines}
             if band:
-                caption = (f"{what}. Line: mean over seeds of each seed's {WEIGHTED}; shaded band: "
+                caption = (f"{what}. Line: mean over seeds of each seed's {weighted(flat(drawn))}; shaded band: "
                            f"min..max over seeds of that per-seed value ({seeds_text(drawn)}).")
             else:
-                caption = f"{what}: {WEIGHTED}. Runs: {seeds_text(drawn)}."
+                caption = f"{what}: {weighted(flat(drawn))}. Runs: {seeds_text(drawn)}."
             title = f"{view}: {NAMES.get(metric, metric)}"
             plots.append(Plot(file, title, caption, "curves", view))
     return plots
@@ -247,7 +258,7 @@ def client_plots(groups: Groups, out: Path) -> list[Plot]:
                    f"view: final round (left) and best round (right{rule}). Bars: one per client"
                    f"{' and method' if len(groups) > 1 else ''}, n/a where the metric is "
                    "undefined; "
-                   f"dashed line: {WEIGHTED}. "
+                   f"dashed line: {weighted(reps.values())}. "
                    f"Runs: {which}.")
         plots.append(Plot(file, f"per client: {NAMES.get(metric, metric)}", caption, "clients"))
     return plots

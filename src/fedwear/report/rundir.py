@@ -56,10 +56,15 @@ class Run:
         """Numeric columns of metrics.csv other than round, n and the id columns."""
         return metric_columns(self.metrics)
 
+    @property
+    def client_weights(self) -> str:
+        """``evaluation.client_weights`` of the run (test windows for runs that predate it)."""
+        return str((self.config.get("evaluation") or {}).get("client_weights", "test"))
+
     @cached_property
     def aggregated(self) -> pd.DataFrame:
-        """:func:`fedwear.summary.aggregate_metrics` of metrics.csv."""
-        return aggregate_metrics(self.metrics)
+        """:func:`fedwear.summary.aggregate_metrics` of metrics.csv, with the run's client weights."""
+        return aggregate_metrics(self.metrics, self.client_weights)
 
 
 @dataclass

@@ -10,6 +10,13 @@ from fedwear.config import METRICS, VIEWS, RunConfig
 LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
 
 
+def over_clients(weights: str) -> str:
+    """How a number was averaged over clients (``evaluation.client_weights``)."""
+    if weights == "uniform":
+        return "unweighted mean over clients"
+    return f"sample-weighted mean over clients (weights: each client's {weights} windows)"
+
+
 def summary_table(summary: dict) -> str:
     """Markdown table of one run's final round: per view and metric, the sample-weighted mean over
     clients on the test split (``summary["final"]``) in %, under a caption that says so."""
@@ -20,8 +27,8 @@ def summary_table(summary: dict) -> str:
             cells = [f"{100 * vals[m]:.2f}" if vals.get(m) is not None else "n/a" for m in METRICS]
             lines.append(f"| {view} | " + " | ".join(cells) + " |")
     caption = (
-        f"final round {summary['final_round']}, test split: sample-weighted mean over clients "
-        "(weights: each client's test windows), in %"
+        f"final round {summary['final_round']}, test split: "
+        f"{over_clients(summary.get('client_weights', 'test'))}, in %"
     )
     return caption + "\n" + "\n".join(lines)
 
@@ -49,8 +56,8 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
         f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
-        f"{select} round, test split; per seed the sample-weighted mean over clients "
-        "(weights: test windows), then mean ± population std (ddof=0) of those per-seed means "
+        f"{select} round, test split; per seed the {over_clients(cfg.evaluation.client_weights)}, "
+        "then mean ± population std (ddof=0) of those per-seed means "
         f"over seeds {seeds}; in %; AUC={cfg.evaluation.auc}"
     )
     md = "\n".join([caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows])

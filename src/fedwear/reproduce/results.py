@@ -13,7 +13,7 @@ import pandas as pd
 
 from fedwear.compare import Planned
 from fedwear.config import load_config
-from fedwear.reproduce import Experiment, paper_table
+from fedwear.reproduce import Experiment, default_out, experiment, paper_table, plan
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
 
@@ -36,6 +36,7 @@ def run_numbers(cfg, where: Path) -> dict | None:
     sel = agg[(agg["view"] == view) & (agg["split"] == "test")]
     best = best_round(agg, ev.best_metric, ev.best_split, ev.best_statistic)
     at_best = sel[sel["round"] == best].set_index("metric")["weighted"]
+    final = sel[sel["round"] == sel["round"].max()].set_index("metric")["weighted"]
     own_best = sel.groupby("metric")["weighted"].max()
     curve = sel[sel["metric"] == "accuracy"].set_index("round")["weighted"]
     timing = pd.read_csv(where / "timing.csv") if (where / "timing.csv").exists() else pd.DataFrame()
@@ -46,6 +47,7 @@ def run_numbers(cfg, where: Path) -> dict | None:
         "best_round": best,
         "at_best": {m: 100 * float(at_best.get(m, np.nan)) for m in LABEL},
         "own_best": {m: 100 * float(own_best.get(m, np.nan)) for m in LABEL},
+        "final": {m: 100 * float(final.get(m, np.nan)) for m in LABEL},
         "curve": curve,
         "s_per_round": per_round,
     }
@@ -73,7 +75,8 @@ def rounds_to(curve: pd.Series, target: float) -> int | None:
     return int(hit.index.min()) if len(hit) else None
 
 
-def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
+def collect(runs: list[Planned]) -> dict[str, list[dict]]:
+    """method -> the numbers of its runs made so far (with their seeds)."""
     by_method: dict[str, list[dict]] = {}
     for method, cfg, where in runs:
         nums = run_numbers(cfg, where)
@@ -81,7 +84,29 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         if nums is not None:
             nums["seed"] = cfg.seed
             by_method[method].append(nums)
-    paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "metrics": list(LABEL), "source": ""}
+    return by_method
+
+
+def reference_table(exp: Experiment) -> dict:
+    """The numbers to compare with: the paper's, or our runs of the reference experiment."""
+    if exp.paper:
+        return paper_table(exp.paper)
+    if exp.reference:
+        ref = experiment(exp.reference)
+        got = collect(plan(ref, default_out(ref), None))
+        rows = {m: [float(np.nanmean([n["at_best"][k] for n in runs])) for k in LABEL]
+                for m, runs in got.items() if runs}
+        return {"rows": rows, "metrics": list(LABEL), "label": "paper's protocol (ours)",
+                "source": f"our runs of `fedwear reproduce {ref.key}` ({default_out(ref)}), best round on test"}
+    return {"rows": {}, "metrics": list(LABEL), "source": "none"}
+
+
+def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
+    by_method = collect(runs)
+    paper = reference_table(exp)
+    ref_label = paper.get("label", "paper")
+    has_ref = bool(paper["rows"])
+    ref_cols = (lambda m: f"{LABEL[m]} | {ref_label} | Δ") if has_ref else (lambda m: LABEL[m])
     cfg0 = runs[0][1]
     lines = [
         f"# {exp.title}",
@@ -90,16 +115,18 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         "",
         f"Protocol: {exp.notes}.",
         "",
-        f"Paper: {paper['source']}.",
+        f"Compared with ({ref_label}): {paper['source']}." if has_ref else "No published numbers to compare with.",
         "",
-        f"## Ours next to the paper (personalized view; each run's best round by {cfg0.evaluation.best_metric}, "
+        f"## Ours{' next to the ' + ref_label if has_ref else ''} (personalized view; each run's best round by "
+        f"{cfg0.evaluation.best_metric} on the {cfg0.evaluation.best_split} split, "
         f"{cfg0.evaluation.client_weights}-weighted over clients)",
         "",
-        "Cells: mean ± population std over the seeds listed, in %. Δ = ours − paper; ⚠ where |Δ| > 2 points.",
+        "Cells: mean ± population std over the seeds listed, in %."
+        + (f" Δ = ours − {ref_label}; ⚠ where |Δ| > 2 points." if has_ref else ""),
         "",
-        "| Method | implementation | seeds | rounds run | " + " | ".join(
-            f"{LABEL[m]} | paper | Δ" for m in LABEL) + " | best round | s/round (1 thread) |",
-        "|" + "---|" * (5 + 3 * len(LABEL) + 1),
+        "| Method | implementation | seeds | rounds run | " + " | ".join(ref_cols(m) for m in LABEL)
+        + " | best round | s/round (1 thread) |",
+        "|" + "---|" * (5 + (3 if has_ref else 1) * len(LABEL) + 1),
     ]
     for method in exp.methods:
         got = by_method.get(method, [])
@@ -109,7 +136,8 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]
-            cells += [_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))]
+            cells += [_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))] if has_ref \
+                else [_cell(ours)]
         best = ", ".join(str(n["best_round"]) for n in got)
         speed = _cell([n["s_per_round"] for n in got])
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | " + " | ".join(cells)
@@ -121,6 +149,12 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         got = by_method.get(method, [])
         if got:
             lines.append(f"| {method} | " + " | ".join(_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
+    lines += ["", "Final round (no selection):", "",
+              "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]
+    for method in exp.methods:
+        got = by_method.get(method, [])
+        if got:
+            lines.append(f"| {method} | " + " | ".join(_cell([n["final"][m] for n in got]) for m in LABEL) + " |")
     if exp.rounds_table:
         lines += _rounds_section(exp, by_method)
     text = "\n".join(lines) + "\n"
