@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -98,8 +99,10 @@ class LocalOptimizer:
             sd["state"] = state
             self.optimizer.load_state_dict(sd)
         if last_epoch is not None and self.scheduler is not None:
-            for _ in range(last_epoch):  # replay, so the learning rate follows the schedule
-                self.scheduler.step()
+            with warnings.catch_warnings():  # replaying steps, not skipping optimiser steps
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+                for _ in range(last_epoch):
+                    self.scheduler.step()
 
 
 Hook = Callable[[], None]
