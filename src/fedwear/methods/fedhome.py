@@ -125,8 +125,7 @@ class FedHome(FedAvg):
         idx = np.concatenate([np.flatnonzero(labels == c) for c in kept] or [np.zeros(0, np.int64)])
         r, labels = r[idx], labels[idx]
         if len(kept) > 1:
-            # one seed per client for the whole run ("fit" at round 0 never trains: a stream of its own)
-            seed = derive_seed(self.task.config.seed, "fit", 0, f"fedhome-smote/{data.client_id}")
+            seed = derive_seed(self.task.config.seed, "fedhome-smote", 0, data.client_id)  # one per client
             r, labels = SMOTE(random_state=seed % 2**32).fit_resample(r, labels)
         return torch.from_numpy(np.ascontiguousarray(r, np.float32)), torch.from_numpy(labels.astype(np.int64))
 

@@ -46,7 +46,7 @@ class Scaffold(FedAvg):
 
     def init_server(self) -> Record:
         """The server input (Alg. 1 line 1): x, the shared parts, and c = 0 for their parameters."""
-        x = model_arrays(self.model, self.shared)
+        x = super().init_server().arrays
         params = [n for n, _ in self.model.named_parameters() if n in x]
         return Record({**x, **{C + n: np.zeros_like(x[n]) for n in params}})
 
