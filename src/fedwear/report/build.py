@@ -10,7 +10,8 @@ from fedwear.report import html
 from fedwear.report.plots import Groups, all_plots
 from fedwear.report.rundir import Comparison, Run, load
 
-OWN_PNGS = ("curve-*.png", "clients-*.png", "bytes_*.png", "train_loss.png", "wall_time.png")
+OWN_PNGS = ("curve-*.png", "clients-*.png", "bytes_*.png", "train_loss.png", "wall_time.png",
+            "embeddings-*.png")
 
 
 def _config_values(runs: list[Run], *keys: str) -> str:
@@ -73,9 +74,20 @@ def _comparison_tables(cmp: Comparison) -> str:
     return "".join(parts)
 
 
-def write_report(path: Path, out: Path | None = None) -> Path:
+def _embeddings_section(groups: Groups, out: Path, root: Path | None) -> str:
+    """The t-SNE figure of the body embeddings as an HTML section of its own."""
+    from fedwear.report.embeddings import embedding_plot
+
+    plot = embedding_plot(groups, out, root)
+    return f"<h2>{escape(plot.title)}</h2>{html.figure(plot, out)}"
+
+
+def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
+                 root: Path | None = None) -> Path:
     """Write the PNG figures and ``index.html`` for the run or comparison at ``path`` into ``out``
-    (default ``path/report``); returns the path of ``index.html``."""
+    (default ``path/report``); returns the path of ``index.html``. With ``embeddings``, also the
+    t-SNE of each method's body embeddings (:mod:`fedwear.report.embeddings`; it loads the data,
+    from ``root`` when given)."""
     target = load(Path(path))
     out = Path(out) if out is not None else Path(path) / "report"
     try:
@@ -91,9 +103,13 @@ def write_report(path: Path, out: Path | None = None) -> Path:
             groups = target.runs
             title = f"fedwear comparison: {target.path.name}"
             meta, tables = _comparison_meta(target), _comparison_tables(target)
+        extra = _embeddings_section(groups, out, root) if embeddings else ""
         plots = all_plots(groups, out)
         index = out / "index.html"
-        index.write_text(html.page(title, meta, tables, plots, out), encoding="utf-8")
+        text = html.page(title, meta, tables, plots, out)
+        if extra:
+            text = text.replace("</body>", f"{extra}</body>", 1)
+        index.write_text(text, encoding="utf-8")
     except OSError as e:
         raise FedwearError(f"{out}: cannot write the report ({e.strerror or e}); "
                            "pass --out with a writable folder") from None

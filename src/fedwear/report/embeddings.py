@@ -1,0 +1,311 @@
+"""``fedwear report --embeddings``: t-SNE of the body embeddings of each method (ProtoHAR, Cheng et
+al., IEEE JBHI 2023, Fig. 4).
+
+For the run with the lowest seed of each method: its config (config.yaml), its data
+(``dataset.root``, or ``--root``), its last checkpoint (checkpoint.pkl) and its method. Every
+training client's own test windows go through that client's model as the run evaluated it in
+the personalized view at the checkpoint's round (``configure`` -> ``personalize`` ->
+``personal_predictor``), and ``pred.body`` gives their embeddings (the features the head
+classifies). One t-SNE per method over all clients' embeddings pooled; one panel per method,
+points coloured by true class.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib import colormaps
+from matplotlib.lines import Line2D
+
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
+from fedwear.config import RunConfig, load_config
+from fedwear.data import dataset_module, load_federated
+from fedwear.data.preprocess import bundled_root
+from fedwear.data.types import ClientData, FederatedData
+from fedwear.errors import FedwearError
+from fedwear.evaluation.predictor import Predictor
+from fedwear.methods import Method, Record, Task, build_method
+from fedwear.methods.fedavg import FedAvg
+from fedwear.report.plots import Groups, Plot, _new_figure, _save
+from fedwear.report.rundir import Run
+from fedwear.seeding import derive_seed
+
+FILE = "embeddings-tsne.png"
+PERPLEXITY = 30
+TSNE_TEXT = ("scikit-learn TSNE(n_components=2, init='pca', random_state=0, "
+             f"perplexity=min({PERPLEXITY}, n-1)) with n the panel's windows")
+
+
+@dataclass
+class Embeddings:
+    """Body embeddings of every training client's test windows, from one run's checkpoint."""
+
+    method: str
+    seed: int | str
+    round: int
+    final_round: object
+    model: str  # which model each client used, in words
+    z: np.ndarray  # [n, d] embeddings, clients one after another
+    y: np.ndarray  # [n] true class
+    client: np.ndarray  # [n] client id
+    class_names: list[str]
+    data: str = ""  # where the windows came from, in words
+
+    @property
+    def clients(self) -> list[str]:
+        return list(dict.fromkeys(self.client.tolist()))
+
+
+@dataclass
+class Skipped:
+    method: str
+    seed: int | str
+    reason: str
+
+
+# ---- config and data ------------------------------------------------------------------------
+def run_config(run_dir: Path, root: Path | None = None) -> RunConfig:
+    """The run's config.yaml, with ``dataset.root`` replaced by ``root`` when given; a one-line
+    error when the data folder it names is missing."""
+    path = Path(run_dir) / "config.yaml"
+    cfg = load_config(path)
+    if root is not None:
+        cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"root": str(root)})})
+    check_root(cfg, path, root is not None)
+    return cfg
+
+
+def check_root(cfg: RunConfig, where: Path, overridden: bool = False) -> None:
+    """``dataset.root`` of ``cfg`` names an existing folder (or the dataset needs none)."""
+    name = cfg.dataset.name
+    module = dataset_module(name)
+    if getattr(module, "GENERATED", False):
+        return
+    root = cfg.dataset.root
+    fix = f"pass --root /path/to/{name} (the folder of the data the run was trained on)"
+    if root is None:
+        if bundled_root(name) is None:
+            raise FedwearError(f"{where}: dataset.root is not set for dataset '{name}'; {fix}")
+        return
+    if not Path(root).expanduser().is_dir():
+        key = "--root" if overridden else "dataset.root"
+        raise FedwearError(f"{where}: {key} {root!r} (dataset '{name}') does not exist or is not "
+                           f"a folder; {fix}")
+
+
+def load_data(cfg: RunConfig) -> FederatedData:
+    """The run's federated data, as ``fedwear.run`` builds it."""
+    seed = cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed
+    return load_federated(cfg.dataset, seed)
+
+
+def data_text(cfg: RunConfig) -> str:
+    """The dataset and the folder its windows were read from."""
+    name = cfg.dataset.name
+    if getattr(dataset_module(name), "GENERATED", False):
+        return f"{name} (generated, no files)"
+    if cfg.dataset.root is None:
+        return f"{name}, the subset bundled with fedwear"
+    return f"{name} from {cfg.dataset.root}"
+
+
+def class_names(cfg: RunConfig, data: FederatedData) -> list[str]:
+    """Names of the class indices: the data's (the loader's CLASS_NAMES after any
+    ``dataset.classes`` selection), else the dataset module's CLASS_NAMES, else the indices."""
+    k = data.num_classes
+    for names in (data.class_names, getattr(dataset_module(cfg.dataset.name), "CLASS_NAMES", None)):
+        if names is not None and len(names) >= k:
+            return [str(n) for n in list(names)[:k]]
+    return [str(i) for i in range(k)]
+
+
+# ---- embeddings -----------------------------------------------------------------------------
+def model_text(m: Method) -> str:
+    """Which weights a client's body and head come from, in words."""
+    shared, personal = tuple(getattr(m, "shared", ())), tuple(getattr(m, "personal", ()))
+    parts = []
+    if shared:
+        same = not personal and type(m).configure is FedAvg.configure
+        parts.append(f"{' and '.join(shared)} from the server's message to that client"
+                     + (" (the same global model for every client)" if same else ""))
+    if personal:
+        parts.append(f"{' and '.join(personal)} the client's own (its saved client state)")
+    return "; ".join(parts) or "the method's personal predictor"
+
+
+def body_embeddings(m: Method, checkpoint: dict, clients: list[ClientData], cfg: RunConfig
+                    ) -> dict[str, np.ndarray] | str:
+    """Per client id: ``pred.body`` of its test windows, with the predictor the run evaluated
+    that client with (personalized view) at ``checkpoint["round"]``; or why there is none."""
+    server, states, round = checkpoint["server"], checkpoint.get("clients") or {}, checkpoint["round"]
+    if getattr(m, "personal", ()) and not states:
+        return "its checkpoint holds no client states (the personal parts live on the clients)"
+    bs = cfg.evaluation.batch_size
+    out: dict[str, np.ndarray] = {}
+    for c in clients:
+        cid = c.client_id
+        down = m.configure(server, cid, round)
+        seed = derive_seed(cfg.seed, "personalize", round, cid)
+        pred = m.personal_predictor(down, m.personalize(down, states.get(cid, Record()), c, seed))
+        if not isinstance(pred, Predictor) or pred.head is None:
+            return ("its personal predictor has no separate body (no features before a head)"
+                    if pred is not None else "it has no personal predictor")
+        x = torch.from_numpy(np.ascontiguousarray(c.test.x))
+        with torch.no_grad():
+            parts = [pred.body(x[i : i + bs]).float() for i in range(0, len(x), bs)]
+        z = torch.cat(parts).numpy() if parts else np.zeros((0, 0), np.float32)
+        out[cid] = z.reshape(len(z), -1)
+    return out
+
+
+def run_embeddings(run: Run, root: Path | None = None,
+                   data_cache: dict | None = None) -> Embeddings | Skipped:
+    """The body embeddings of ``run`` (see :func:`body_embeddings`), or why it is skipped."""
+    ckpt_path = run.path / CHECKPOINT
+    if not ckpt_path.is_file():
+        return Skipped(run.method, run.seed, f"no {CHECKPOINT} in {run.path.name} "
+                       "(checkpoint_every=0, or it was removed)")
+    cfg = run_config(run.path, root)
+    ckpt = load_checkpoint(ckpt_path)
+    if ckpt.get("config_hash") != cfg.hash():
+        return Skipped(run.method, run.seed, f"{CHECKPOINT} belongs to another config "
+                       "(its config hash differs from config.yaml's)")
+    m = build_method_for(cfg, run, data_cache)
+    if isinstance(m, Skipped):
+        return m
+    method, data = m
+    per_client = body_embeddings(method, ckpt, data.clients, cfg)
+    if isinstance(per_client, str):
+        return Skipped(run.method, run.seed, per_client)
+    ids = list(per_client)
+    by_id = {c.client_id: c for c in data.clients}
+    return Embeddings(
+        method=run.method, seed=run.seed, round=int(ckpt["round"]),
+        final_round=run.summary.get("final_round"), model=model_text(method),
+        z=np.concatenate([per_client[c] for c in ids]) if ids else np.zeros((0, 0), np.float32),
+        y=np.concatenate([by_id[c].test.y for c in ids]).astype(int) if ids else np.zeros(0, int),
+        client=np.concatenate([np.full(len(per_client[c]), c, dtype=object) for c in ids])
+        if ids else np.zeros(0, object),
+        class_names=class_names(cfg, data), data=data_text(cfg),
+    )
+
+
+def build_method_for(cfg: RunConfig, run: Run, data_cache: dict | None = None
+                     ) -> tuple[Method, FederatedData] | Skipped:
+    """The run's method (not wrapped: ``privacy.dp`` changes training, not the evaluated model)
+    and its data (shared between runs of the same data settings through ``data_cache``)."""
+    cache = {} if data_cache is None else data_cache
+    key = (cfg.dataset.model_dump_json(), cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+    if key not in cache:
+        cache[key] = load_data(cfg)
+    data = cache[key]
+    m = build_method(Task.of(cfg, data))
+    if not all(callable(getattr(m, h, None)) for h in ("configure", "personalize", "personal_predictor")):
+        return Skipped(run.method, run.seed, "it is a wrapper without the evaluation hooks")
+    return m, data
+
+
+# ---- t-SNE and the figure -------------------------------------------------------------------
+def tsne(z: np.ndarray) -> np.ndarray:
+    """2-D t-SNE of ``z`` with the settings of :data:`TSNE_TEXT`, on one OpenMP thread: the
+    Barnes-Hut sums then run in a fixed order (the same figure every time), and OpenMP's
+    spinning threads do not stall on cores shared with other runs (54 points: 0.3 s on one
+    thread, 30 s on two busy cores)."""
+    from sklearn.manifold import TSNE
+    from threadpoolctl import threadpool_limits
+
+    n = len(z)
+    with threadpool_limits(limits=1, user_api="openmp"):
+        return TSNE(n_components=2, init="pca", random_state=0,
+                    perplexity=min(PERPLEXITY, n - 1)).fit_transform(np.asarray(z, np.float64))
+
+
+def _class_color(k: int, n_classes: int):
+    return f"C{k % 10}" if n_classes <= 10 else colormaps["tab20"](k % 20)
+
+
+def _why_not_tsne(e: Embeddings) -> str | None:
+    if len(e.z) < 2:
+        return "fewer than 2 test windows"
+    if e.z.shape[1] < 2:
+        return f"{e.z.shape[1]}-dimensional embeddings (t-SNE with init='pca' needs 2)"
+    if not np.isfinite(e.z).all():
+        return "its embeddings hold NaN or inf (the model diverged)"
+    return None
+
+
+def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
+    """``embeddings-tsne.png``: one t-SNE panel per method (lowest seed), in group order."""
+    reps = {method: runs[0] for method, runs in groups.items()}
+    cache: dict = {}
+    results: dict[str, Embeddings | Skipped] = {}
+    for method, run in reps.items():
+        r = run_embeddings(run, root, cache)
+        if isinstance(r, Embeddings) and (why := _why_not_tsne(r)):
+            r = Skipped(r.method, r.seed, why)
+        results[method] = r
+    cache.clear()
+    n_classes = max([len(r.class_names) for r in results.values() if isinstance(r, Embeddings)],
+                    default=0)
+    names = next((r.class_names for r in results.values() if isinstance(r, Embeddings)), [])
+
+    cols = min(4, len(results))
+    rows = math.ceil(len(results) / cols)
+    fig = _new_figure(3.3 * cols, 3.2 * rows + (0.5 if n_classes else 0.0))
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[len(results):]:
+        ax.set_axis_off()
+    for ax, (method, r) in zip(axes, results.items(), strict=False):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if isinstance(r, Skipped):
+            ax.set_title(f"{method} (seed {r.seed})", fontsize=9)
+            ax.text(0.5, 0.5, "skipped:\n" + textwrap.fill(r.reason, 34), ha="center", va="center",
+                    fontsize=8, color="#555", transform=ax.transAxes)
+            continue
+        xy = tsne(r.z)
+        colors = [_class_color(int(k), n_classes) for k in r.y]
+        ax.scatter(xy[:, 0], xy[:, 1], s=3, c=colors, linewidths=0, alpha=0.8)
+        ax.set_title(f"{method} (seed {r.seed}, round {r.round})\n{len(r.clients)} clients, "
+                     f"{len(r.z)} test windows", fontsize=9)
+    if n_classes:
+        handles = [Line2D([], [], ls="", marker="o", markersize=5, color=_class_color(k, n_classes))
+                   for k in range(n_classes)]
+        labels = [f"{k}: {names[k]}" if k < len(names) and names[k] != str(k) else str(k)
+                  for k in range(n_classes)]
+        fig.legend(handles, labels, loc="outside lower center", frameon=False, fontsize=8,
+                   ncol=min(n_classes, 6), title="true class", title_fontsize=8)
+    _save(fig, out, FILE)
+    return Plot(FILE, "t-SNE of body embeddings", caption(results), "embeddings")
+
+
+def caption(results: dict[str, Embeddings | Skipped]) -> str:
+    """What the figure shows: checkpoint round, windows, model per client, t-SNE settings."""
+    done = {m: r for m, r in results.items() if isinstance(r, Embeddings)}
+    skipped = {m: r for m, r in results.items() if isinstance(r, Skipped)}
+    parts = [
+        "t-SNE of body embeddings (ProtoHAR, Cheng et al. 2023, Fig. 4): the output of the model's "
+        "body (the features the classifier head receives) for every training client's own "
+        "test-split windows (held-out new clients excluded), each client's windows through the "
+        "model that client was evaluated with in the personalized view at the checkpoint's round; "
+        "one panel per method, the run with the lowest seed of each method; colour: true class."
+    ]
+    for method, r in done.items():
+        final = ("the final round" if r.final_round == r.round
+                 else f"the run's final round is {r.final_round}")
+        parts.append(
+            f"{method} seed {r.seed}: checkpoint.pkl of round {r.round} ({final}); model per "
+            f"client: {r.model}; data: {r.data}; {len(r.clients)} clients, {len(r.z)} windows, "
+            f"{r.z.shape[1]}-dimensional embeddings, t-SNE perplexity "
+            f"{min(PERPLEXITY, len(r.z) - 1)}."
+        )
+    parts.append(f"Each panel is its own t-SNE of all its clients' embeddings pooled: {TSNE_TEXT}; "
+                 "the axes have no units and the panels are not aligned with each other.")
+    for method, r in skipped.items():
+        parts.append(f"Skipped {method} seed {r.seed}: {r.reason}.")
+    return " ".join(parts)

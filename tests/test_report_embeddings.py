@@ -1,0 +1,137 @@
+"""``fedwear report --embeddings``: t-SNE of body embeddings from each method's last checkpoint."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from matplotlib.image import imread
+from typer.testing import CliRunner
+
+import fedwear
+from fedwear.callbacks import load_checkpoint
+from fedwear.cli import app
+from fedwear.methods import Task, build_method
+from fedwear.methods.training import load_arrays
+from fedwear.report.embeddings import FILE, body_embeddings, embedding_plot, load_data, run_config
+from fedwear.report.rundir import load
+from tests.helpers import tiny_config
+
+METHODS = ("fedavg", "local")
+
+
+def report(path: Path, *args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, ["report", str(path), *args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+@pytest.fixture(scope="module")
+def compare_dir(tmp_path_factory) -> Path:
+    """fedavg and local, 2 rounds, seed 0 (and fedavg seed 1, which must not be drawn)."""
+    root = tmp_path_factory.mktemp("emb") / "cmp"
+    for method in METHODS:
+        fedwear.run(tiny_config(method=method, rounds=2), root / f"{method}-s0")
+    fedwear.run(tiny_config(method="fedavg", rounds=2, seed=1), root / "fedavg-s1")
+    return root
+
+
+@pytest.fixture(scope="module")
+def page(compare_dir) -> Path:
+    code, out, err = report(compare_dir, "--embeddings")
+    assert code == 0, err
+    index = compare_dir / "report" / "index.html"
+    assert out.strip().splitlines()[-1] == str(index)
+    return index
+
+
+def test_embeddings_png_and_page(page):
+    png = page.parent / FILE
+    assert png.is_file()
+    image = imread(png)
+    height, width = image.shape[:2]
+    assert 300 <= height <= 1500 and 500 <= width <= 2000, (width, height)
+    assert image[..., :3].std() > 0.05  # not blank: points and text drawn
+    text = page.read_text()
+    assert f'data-file="{FILE}"' in text
+    caption = html.unescape(re.search(rf"<b>{re.escape(FILE)}</b>: (.*?)</figcaption>", text).group(1))
+    assert "checkpoint.pkl of round 2 (the final round)" in caption
+    for method in METHODS:
+        assert f"{method} seed 0: checkpoint.pkl of round 2" in caption
+    assert "seed 1" not in caption
+    assert "test-split windows" in caption and "perplexity" in caption
+    assert "the same global model for every client" in caption  # fedavg
+    assert "body and head the client's own" in caption  # local
+    assert "data: synthetic (generated, no files)" in caption
+    assert "Skipped" not in caption
+
+
+def test_without_flag_no_embeddings(compare_dir, tmp_path, monkeypatch):
+    """Without --embeddings nothing of this module runs (no data, no checkpoint is read)."""
+    from fedwear.report import build, embeddings
+
+    def boom(*args, **kwargs):
+        raise AssertionError("embeddings computed without --embeddings")
+
+    monkeypatch.setattr(embeddings, "embedding_plot", boom)
+    monkeypatch.setattr(embeddings, "load_federated", boom)
+    monkeypatch.setattr(build, "all_plots", lambda groups, out: [])  # the other figures: test_report
+    code, _, err = report(compare_dir, "--out", str(tmp_path / "page"))
+    assert code == 0, err
+    assert not (tmp_path / "page" / FILE).exists()
+    assert FILE not in (tmp_path / "page" / "index.html").read_text()
+    code, _, err = report(compare_dir, "--root", str(tmp_path))
+    assert code == 2 and "--root is only used with --embeddings" in err
+
+
+def test_global_model_embeddings_equal_server_features(compare_dir):
+    run = compare_dir / "fedavg-s0"
+    cfg = run_config(run)
+    data = load_data(cfg)
+    ckpt = load_checkpoint(run / "checkpoint.pkl")
+    assert ckpt["round"] == 2
+    method = build_method(Task.of(cfg, data))
+    got = body_embeddings(method, ckpt, data.clients, cfg)
+    assert isinstance(got, dict) and list(got) == [c.client_id for c in data.clients]
+
+    model = build_method(Task.of(cfg, data)).new_model()  # a model object of its own
+    load_arrays(model, ckpt["server"].arrays)
+    model.eval()
+    for c in data.clients:
+        with torch.no_grad():
+            want = model.features(torch.from_numpy(c.test.x)).numpy()
+        assert got[c.client_id].shape == want.shape == (len(c.test), 16)
+        np.testing.assert_allclose(got[c.client_id], want, rtol=1e-5, atol=1e-6)
+
+
+def test_run_without_checkpoint_is_skipped(compare_dir, tmp_path):
+    cmp = tmp_path / "cmp"
+    for method in METHODS:
+        shutil.copytree(compare_dir / f"{method}-s0", cmp / f"{method}-s0",
+                        ignore=shutil.ignore_patterns("report"))
+    (cmp / "local-s0" / "checkpoint.pkl").unlink()
+    plot = embedding_plot(load(cmp).runs, tmp_path)
+    assert (tmp_path / FILE).is_file() and plot.file == FILE
+    assert "Skipped local seed 0: no checkpoint.pkl in local-s0" in plot.caption
+    assert "fedavg seed 0: checkpoint.pkl of round 2" in plot.caption
+    assert "local seed 0: checkpoint" not in plot.caption
+
+
+def test_missing_dataset_root_is_one_line_error(compare_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(compare_dir / "fedavg-s0", run, ignore=shutil.ignore_patterns("report"))
+    tree = yaml.safe_load((run / "config.yaml").read_text())
+    tree["dataset"].update(name="usc_had", root=str(tmp_path / "nowhere"))
+    (run / "config.yaml").write_text(yaml.safe_dump(tree))
+    code, _, err = report(run, "--embeddings")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "dataset.root" in err and "nowhere" in err and "--root" in err
+    code, _, err = report(run, "--embeddings", "--root", str(tmp_path / "elsewhere"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--root" in err and "elsewhere" in err
