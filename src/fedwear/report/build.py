@@ -74,14 +74,6 @@ def _comparison_tables(cmp: Comparison) -> str:
     return "".join(parts)
 
 
-def _embeddings_section(groups: Groups, out: Path, root: Path | None) -> str:
-    """The t-SNE figure of the body embeddings as an HTML section of its own."""
-    from fedwear.report.embeddings import embedding_plot
-
-    plot = embedding_plot(groups, out, root)
-    return f"<h2>{escape(plot.title)}</h2>{html.figure(plot, out)}"
-
-
 def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                  root: Path | None = None) -> Path:
     """Write the PNG figures and ``index.html`` for the run or comparison at ``path`` into ``out``
@@ -103,13 +95,13 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
             groups = target.runs
             title = f"fedwear comparison: {target.path.name}"
             meta, tables = _comparison_meta(target), _comparison_tables(target)
-        extra = _embeddings_section(groups, out, root) if embeddings else ""
         plots = all_plots(groups, out)
+        if embeddings:
+            from fedwear.report.embeddings import embedding_plot  # loads data and checkpoints
+
+            plots.append(embedding_plot(groups, out, root))
         index = out / "index.html"
-        text = html.page(title, meta, tables, plots, out)
-        if extra:
-            text = text.replace("</body>", f"{extra}</body>", 1)
-        index.write_text(text, encoding="utf-8")
+        index.write_text(html.page(title, meta, tables, plots, out), encoding="utf-8")
     except OSError as e:
         raise FedwearError(f"{out}: cannot write the report ({e.strerror or e}); "
                            "pass --out with a writable folder") from None

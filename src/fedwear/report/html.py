@@ -23,6 +23,7 @@ SECTIONS = {
     "curves": "Metrics per round",
     "clients": "Per client, final and best round",
     "training": "Communication, training loss and time",
+    "embeddings": "t-SNE of body embeddings",
 }
 
 STYLE = """
@@ -170,7 +171,7 @@ def figures(plots: list[Plot], out: Path) -> str:
         if not chosen:
             continue
         parts.append(f"<h2>{escape(title)}</h2>")
-        if section == "clients":
+        if section in ("clients", "embeddings"):
             parts.extend(figure(p, out) for p in chosen)
             continue
         rows = list(dict.fromkeys(p.row for p in chosen))
