@@ -170,6 +170,20 @@ def test_resample_and_class_subset() -> None:
 # ----------------------------------------------------------------------------- splits
 
 
+def test_trailing_windows_and_keeping_overlaps_as_protohars_code() -> None:
+    """tail_window adds x[-window:] per labelled run; with purge off the overlapping test
+    windows stay (ProtoHAR's code), with purge on they go."""
+    labels = np.zeros(50, np.int64)
+    assert window_starts(labels, 16, 16).tolist() == [0, 16, 32]
+    assert window_starts(labels, 16, 16, tail=True).tolist() == [0, 16, 32, 34]
+    assert window_starts(labels[:49], 16, 16, tail=True).tolist() == [0, 16, 32]  # ends at N-1: none
+    kept = load_federated(syn(split="fewshot", shots=6, stride=32, tail_window=True, purge=False), 3)
+    purged = load_federated(syn(split="fewshot", shots=6, stride=32, tail_window=True), 3)
+    assert any(intervals_overlap(c.train, c.test, 32) for c in all_clients(kept))
+    assert not any(intervals_overlap(c.train, c.test, 32) for c in all_clients(purged))
+    assert purged.info["purged_windows"] > 0 and kept.info["purged_windows"] == 0
+
+
 @pytest.mark.parametrize("split", ["time", "stratified", "fewshot"])
 @pytest.mark.parametrize("partition", ["natural", "dirichlet"])
 @pytest.mark.parametrize("stride", [32, 8])

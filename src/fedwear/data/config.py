@@ -69,6 +69,11 @@ class DatasetConfig(Strict):
     test_fraction: float = Field(0.3, gt=0, lt=1)
     val_fraction: float = Field(0.0, ge=0, lt=1, description="taken from the train side")
     shots: int = Field(20, ge=1, description="fewshot split: training windows per class cap")
+    purge: bool = Field(
+        True,
+        description="drop val/test windows that overlap a train window of the same recording; "
+        "false keeps them, as ProtoHAR's code does with its overlapping trailing windows (leaky)",
+    )
 
     # partition
     partition: Literal["natural", "dirichlet"] = "natural"

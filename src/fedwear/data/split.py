@@ -15,7 +15,8 @@ Modes (``dataset.split``):
 
 In every mode val is taken from the train side (``val_fraction`` of it), and afterwards any
 val/test window that overlaps a train window of the same recording (possible when
-``stride < window`` in the random modes) is dropped, as is any test window overlapping val.
+``stride < window`` in the random modes, or with trailing windows) is dropped, as is any test
+window overlapping val, unless ``purge`` is off (ProtoHAR's code keeps them).
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ def split_indices(
         side, test = _fewshot(w, idx, cfg, rng)
         train, val = _by_class(w, side, _tail_cut, cfg.val_fraction)
     n_before = len(val) + len(test)
-    val = purge(w, train, val, window)
-    test = purge(w, np.concatenate([train, val]), test, window)
+    if cfg.purge:
+        val = purge(w, train, val, window)
+        test = purge(w, np.concatenate([train, val]), test, window)
     if counts is not None:
         counts["purged"] = counts.get("purged", 0) + n_before - len(val) - len(test)
     return np.sort(train), np.sort(val), np.sort(test)
