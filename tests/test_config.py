@@ -91,3 +91,23 @@ def test_error_in_a_set_value_blames_the_set_not_the_file(tmp_path):
 def test_secure_aggregation_allowed_for_averaging_methods():
     cfg = tiny_config(engine="flower-sim", **{"flower.secagg.enabled": True})
     assert cfg.flower.secagg.enabled
+
+
+def test_per_method_settings_apply_to_their_method_and_set_wins():
+    data = {"method": "fedrep", "grad_clip": 100.0,
+            "per_method": {"fedrep": {"grad_clip": 50.0, "optimizer": {"lr": 0.5}}, "fedavg": {"rounds": 2}}}
+    cfg = load_config(data=data)
+    assert cfg.grad_clip == 50.0 and cfg.optimizer.lr == 0.5 and cfg.rounds == 20 and cfg.per_method == {}
+    assert cfg.optimizer.momentum == 0.9  # a nested merge keeps the other keys
+    assert load_config(data=data, overrides=["optimizer.lr=0.1"]).optimizer.lr == 0.1
+    assert load_config(data=data, overrides=["method=fedavg"]).rounds == 2
+
+
+def test_config_hash_ignores_where_the_data_lives_and_other_methods_options():
+    a = load_config(data={"method": "fedprox", "method_options": {"fedprox": {"mu": 0.1}}})
+    b = load_config(data={"method": "fedprox", "dataset": {"root": "/elsewhere", "cache_dir": None},
+                          "method_options": {"fedprox": {"mu": 0.1}, "moon": {"mu": 5.0}}})
+    assert a.hash() == b.hash()
+    assert load_config(data={"method": "fedprox", "method_options": {"fedprox": {"mu": 0.2}}}).hash() != a.hash()
+    assert load_config(data={"method": "fedprox", "dataset": {"window": 64}}).hash() != load_config(
+        data={"method": "fedprox"}).hash()

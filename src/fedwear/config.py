@@ -171,8 +171,10 @@ class RunConfig(Strict):
         the data lives (``dataset.root``, ``dataset.cache_dir``) and other methods' options do
         not count."""
         tree = self.model_dump(mode="json", exclude_defaults=True)
-        for key in ("root", "cache_dir"):
-            tree.get("dataset", {}).pop(key, None)
+        dataset = tree.pop("dataset", {})
+        dataset = {k: v for k, v in dataset.items() if k not in ("root", "cache_dir")}
+        if dataset:
+            tree["dataset"] = dataset
         own = self.method_options.get(self.method)
         tree.pop("method_options", None)
         if own:
@@ -277,7 +279,7 @@ def _apply_per_method(tree: dict, explicit: set[str], source: str) -> None:
             else:
                 node[k] = v
 
-    merge(tree, {k: v for k, v in chosen.items()}, "")
+    merge(tree, chosen, "")
     tree["per_method"] = {}
 
 
