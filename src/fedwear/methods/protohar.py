@@ -55,7 +55,8 @@ class ProtoHAR(FedRep):
     def __init__(self, task, options):
         super().__init__(task, options)
         with torch.no_grad():
-            k = self.model.features(torch.zeros(1, task.window, task.channels)).shape[1]
+            k = self.model.eval().features(torch.zeros(2, task.window, task.channels)).shape[1]
+        self.model.train()
         self.empty = {PROTO: np.zeros((task.num_classes, k), np.float32), MASK: np.zeros(task.num_classes, np.float32)}
 
     # ---- server ---------------------------------------------------------------------------
@@ -68,9 +69,6 @@ class ProtoHAR(FedRep):
         body = [k for k in server.arrays if k not in self.empty]
         proto, mask = prototypes.aggregate(replies.values(), weighted=self.options.proto_weighting == "count")
         return Record({**weighted_mean(replies.values(), body), PROTO: proto, MASK: mask})  # Eq. 7, Eq. 8
-
-    def global_message(self, server):
-        return None
 
     def reply_spec(self, down):
         spec = {k: a.shape for k, a in down.arrays.items() if k != MASK}
