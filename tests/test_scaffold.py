@@ -96,3 +96,11 @@ def test_scaffold_trains_and_is_deterministic(tmp_path):
     assert a.summary["final"]["personalized"]["accuracy"] > 0.5  # 3 balanced classes: chance 1/3
     model_bytes = 4 * (8 * 3 * 5 + 8 + 16 * 8 * 5 + 16 + 16 * 3 + 3)  # tests/test_run.py's count
     assert a.summary["bytes_up"] == cfg.rounds * 3 * 2 * model_bytes  # Delta y and Delta c
+
+
+def test_evaluation_messages_carry_the_model_only(tmp_path):
+    """Evaluation sends x, not c: the evaluation bytes equal FedAvg's."""
+    scaffold = fedwear.run(tiny_config(method="scaffold"), tmp_path / "scaffold")
+    fedavg = fedwear.run(tiny_config(), tmp_path / "fedavg")
+    assert scaffold.summary["eval_bytes_down"] == fedavg.summary["eval_bytes_down"]
+    assert scaffold.summary["bytes_down"] == 2 * fedavg.summary["bytes_down"]  # training: x and c

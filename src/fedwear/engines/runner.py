@@ -189,7 +189,7 @@ class Runner:
         m = self.method
         ids = self.roster.clients
         new_ids = self.roster.new_clients if "new_clients" in self.cfg.evaluation.views else []
-        downs = {c: m.configure(self.server, c, r) for c in ids + new_ids}
+        downs = {c: m.evaluation_message(self.server, c, r) for c in ids + new_ids}
         global_msg = m.global_message(self.server)
         results = self.executor.evaluate(r, downs, global_msg)
         extra = global_msg.nbytes if global_msg is not None else 0

@@ -101,6 +101,11 @@ class Method:
     def aggregate(self, server: Record, replies: dict[str, Record], round: int) -> Record:
         raise NotImplementedError
 
+    def evaluation_message(self, server: Record, client: str, round: int) -> Record:
+        """What a client is sent to be evaluated with. Default: its training message
+        (SCAFFOLD leaves out the control variate)."""
+        return self.configure(server, client, round)
+
     def global_message(self, server: Record) -> Record | None:
         """The shared model as a message, or None when the method has no global model."""
         return None

@@ -54,6 +54,10 @@ class Scaffold(FedAvg):
         """The model x alone (the control variate is not part of it)."""
         return Record({k: v for k, v in server.arrays.items() if not k.startswith(C)})
 
+    def evaluation_message(self, server: Record, client: str, round: int) -> Record:
+        """Evaluation needs the model x, not c."""
+        return self.global_message(server)
+
     def aggregate(self, server: Record, replies: dict[str, Record], round: int) -> Record:
         """x += eta_g mean(Delta y_i), c += |S|/N mean(Delta c_i) (Alg. 1 lines 16-17)."""
         if not replies:

@@ -149,7 +149,7 @@ def body_embeddings(m: Method, checkpoint: dict, clients: list[ClientData], cfg:
     out: dict[str, np.ndarray] = {}
     for c in clients:
         cid = c.client_id
-        down = m.configure(server, cid, round)
+        down = m.evaluation_message(server, cid, round)
         seed = derive_seed(cfg.seed, "personalize", round, cid)
         pred = m.personal_predictor(down, m.personalize(down, states.get(cid, Record()), c, seed))
         if not isinstance(pred, Predictor) or pred.head is None:
