@@ -4,7 +4,8 @@
 repository). Without it, tests that need it are skipped with the reason, except when
 ``FEDWEAR_REQUIRE_DATA=1`` (set by CI), where they fail: CI must run the real-data tests.
 ``hapt_root`` is UCI HAPT from there, or else the subset bundled with fedwear, so the UCI HAPT
-tests run everywhere.
+tests run everywhere. ``one_thread`` runs a test on one torch thread, as ``fedwear.run`` does
+with ``threads: 1``, for tests that call a method's hooks directly.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedwear.data.preprocess import bundled_root
 
@@ -45,3 +47,11 @@ def hapt_root() -> Path:
     root = bundled_root("uci_hapt")
     assert root is not None and root.is_dir(), "the bundled UCI HAPT subset is missing from the package"
     return root
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

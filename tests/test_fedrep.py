@@ -18,13 +18,7 @@ from tests.helpers import tiny_config
 HEAD = {"head.weight", "head.bias"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Direct ``fit`` calls run on one thread, as ``fedwear.run`` does (threads: 1)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def setup(method, **overrides):

@@ -85,8 +85,9 @@ class FedAvg(Method):
 
     def train(self, model: nn.Module, opt: LocalOptimizer, data: ClientData, seed: int,
               epochs: int | None = None, loss_fn: LossFn | None = None, x: torch.Tensor | None = None,
-              y: torch.Tensor | None = None, shuffle: bool = True) -> float:
-        """Local epochs over ``(x, y)`` (default: the client's train split) with the hooks."""
+              y: torch.Tensor | None = None, shuffle: bool = True, clip: bool = True) -> float:
+        """Local epochs over ``(x, y)`` (default: the client's train split) with the hooks;
+        gradients clipped at ``grad_clip`` unless ``clip`` is off."""
         if x is None or y is None:
             x, y = tensors(data)
         return train_epochs(
@@ -95,7 +96,7 @@ class FedAvg(Method):
             batch_size=self.batch_size,
             generator=torch.Generator().manual_seed(seed),
             loss_fn=loss_fn or self.loss,
-            clip=self.task.config.grad_clip,
+            clip=self.task.config.grad_clip if clip else None,
             shuffle=shuffle,
             before_step=lambda: self.before_step(model),
             after_step=lambda: self.after_step(model),

@@ -8,8 +8,9 @@ ProtoHAR's (Cheng et al., IEEE JBHI 2023) FedHome numbers come from.
    server state no longer changes. A client takes the final global body, frozen, computes the
    representations ``body(x)`` of its train split, drops the classes with at most
    ``min_class_samples`` samples, balances the rest by oversampling and trains only its own
-   head on them for ``local_epochs`` epochs per round (plain SGD, ``head_lr``, the optimiser's
-   momentum; in order, as the code's DataLoader has no shuffle; no clipping).
+   head on them for ``local_epochs`` epochs per round (the configured optimiser at ``head_lr``:
+   SGD with momentum in ProtoHAR's protocol; in order, as the code's DataLoader has no shuffle;
+   no clipping).
 
 The paper oversamples with a generative convolutional autoencoder; the code, and so this file,
 uses imbalanced-learn's ``SMOTE()`` with its defaults (k_neighbors = 5) instead. The code builds
@@ -31,7 +32,7 @@ from torch import nn
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
-from fedwear.methods.training import LocalOptimizer, model_arrays, train_epochs
+from fedwear.methods.training import model_arrays
 from fedwear.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -92,21 +93,12 @@ class FedHome(FedAvg):
         torch.manual_seed(seed)
         model = self.load(down, state)  # the final global body, the client's head (global at first)
         r, y = self.balanced_representations(model, data)
-        o = self.task.config.optimizer
-        opt = LocalOptimizer("head", torch.optim.SGD(model.head.parameters(), lr=self.options.head_lr,
-                                                     momentum=o.momentum))
-        if o.persist:
-            opt.load_state_arrays(state.arrays)
-        # train_epochs, not FedAvg.train: no grad_clip here (userhome.py's train_pred)
-        loss = train_epochs(
-            model, opt.optimizer, r, y, epochs=self.local_epochs, batch_size=self.batch_size,
-            generator=torch.Generator().manual_seed(seed), loss_fn=self.head_loss, shuffle=False,
-            after_epoch=opt.end_epoch,
-        )
-        arrays = model_arrays(model, HEAD)
-        if o.persist:
-            arrays.update(opt.state_arrays())
-        return Record({}, {"num_examples": len(data.train), "loss": loss}), Record(arrays)
+        opt = self.optimizer(model, HEAD, state, name="head", lr=self.options.head_lr)
+        # in order and unclipped, as userhome.py's train_pred
+        loss = self.train(model, opt, data, seed, loss_fn=self.head_loss, x=r, y=y, shuffle=False, clip=False)
+        kept = self.client_state(model, opt)  # the optimiser's state
+        kept.arrays.update(model_arrays(model, HEAD))
+        return Record({}, {"num_examples": len(data.train), "loss": loss}), kept
 
     def head_loss(self, model: nn.Module, r: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(model.head(r), y)
