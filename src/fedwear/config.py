@@ -132,8 +132,14 @@ class RunConfig(Strict):
     batch_size: int = Field(32, ge=1)
     grad_clip: float | None = Field(None, gt=0)
     seed: int = 0
-    engine: Literal["sim", "flower-sim", "flower"] = Field(
-        "sim", description="sim (in-process), flower-sim (Flower simulation, Ray); flower = a deployment (fedwear flower serve)"
+    engine: Literal["sim", "batched", "flower-sim", "flower"] = Field(
+        "sim", description="sim (in-process, client by client); batched (in-process, a round's clients trained "
+        "together where the method and model allow it, else as sim); flower-sim (Flower simulation, Ray); "
+        "flower = a deployment (fedwear flower serve)"
+    )
+    client_states: Literal["memory", "disk"] = Field(
+        "memory", description="where the in-process engines keep client states between rounds: memory, or disk "
+        "(files in the run directory; memory bounded by a round's clients)"
     )
     threads: int | None = Field(None, ge=1, description="torch threads; null leaves torch's default")
     checkpoint_every: int = Field(1, ge=0, description="save a checkpoint every N rounds (0: never)")
@@ -315,7 +321,7 @@ def check_consistency(cfg: RunConfig) -> None:
             f"{private[0]} needs a method whose server averages client arrays "
             f"({', '.join(means)}); method={cfg.method} does not"
         )
-    if cfg.flower.secagg.enabled and cfg.engine == "sim":
+    if cfg.flower.secagg.enabled and cfg.engine in ("sim", "batched"):
         raise ConfigError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
 
 
