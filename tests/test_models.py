@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
+from fedwear.errors import ConfigError
 from fedwear.methods.training import load_arrays, model_arrays
 from fedwear.models import build_model
 
@@ -43,3 +45,35 @@ def test_channels_last_weights_round_trip_through_arrays_exactly():
     with torch.no_grad():
         assert torch.equal(a(x), b(x))
     assert all(np.array_equal(v, model_arrays(b, ["body", "head"])[k]) for k, v in arrays.items())
+
+
+def test_lstm_builds_for_heart_rate_windows_and_trains(one_thread):
+    """PCFedH's phase-2 shape (SPECS 1.2): 150 x 1 windows, LSTM(1 -> 10) body, linear head."""
+    torch.manual_seed(0)
+    model = build_model("lstm", 150, 1, 2)
+    assert {n.split(".", 1)[0] for n, _ in model.named_parameters()} == {"body", "head"}
+    assert model.body.lstm.hidden_size == 10 and model.body.lstm.num_layers == 1
+    assert model.head.in_features == 10
+    assert sum(p.numel() for p in model.parameters()) == 4 * 10 * (1 + 10 + 2) + 10 * 2 + 2
+    x = torch.randn(3, 150, 1)
+    assert model.features(x).shape == (3, 10) and model(x).shape == (3, 2)
+    # a tiny task: is the window's mean level above or below zero
+    y = torch.randint(0, 2, (64,))
+    x = (2.0 * y.float() - 1.0)[:, None, None] * 0.5 + 0.3 * torch.randn(64, 150, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_lstm_options_are_checked():
+    model = build_model("lstm", 150, 1, 1, hidden=4, layers=2)
+    assert model.body.lstm.hidden_size == 4 and model.body.lstm.num_layers == 2
+    assert model(torch.zeros(2, 150, 1)).shape == (2, 1)
+    with pytest.raises(ConfigError):
+        build_model("lstm", 150, 1, 1, width=3)

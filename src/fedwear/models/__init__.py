@@ -14,8 +14,9 @@ from fedwear.errors import ConfigError, validate_options
 from fedwear.models.base import ModelOptions, SplitModel
 from fedwear.models.cnn import SmallCNN
 from fedwear.models.harcnn import HARCNN
+from fedwear.models.lstm import LSTMNet
 
-MODELS: dict[str, type[SplitModel]] = {"harcnn": HARCNN, "cnn": SmallCNN}
+MODELS: dict[str, type[SplitModel]] = {"harcnn": HARCNN, "cnn": SmallCNN, "lstm": LSTMNet}
 
 
 def model_class(name: str) -> type[SplitModel]:
