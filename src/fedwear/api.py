@@ -15,6 +15,7 @@ from fedwear.callbacks import Checkpointer, CsvSink, EarlyStopping, Progress, Ru
 from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
 from fedwear.data.types import FederatedData
+from fedwear.engines.batched import BatchedExecutor
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
@@ -83,8 +84,9 @@ def run(
 
             run_simulation(cfg, method, roster, cbs, plan.checkpoint)
         else:
-            executor = SimExecutor(method, method.training_clients(data), data.clients, data.new_clients,
-                                   pooled_test(data), cfg, test_slices(data))
+            engine = BatchedExecutor if cfg.engine == "batched" else SimExecutor
+            executor = engine(method, method.training_clients(data), data.clients, data.new_clients,
+                            pooled_test(data), cfg, test_slices(data))
             runner = Runner(cfg, method, roster, executor, cbs)
             if plan.checkpoint is not None:
                 runner.restore(plan.checkpoint)

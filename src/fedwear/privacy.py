@@ -45,12 +45,19 @@ class CentralDP:
 
     def fit(self, down: Record, state: Record, data, round: int, seed: int) -> tuple[Record, Record]:
         up, new_state = self.inner.fit(down, state, data, round, seed)
+        return self._clip(down, up), new_state
+
+    def fit_many(self, jobs: list, round: int) -> list[tuple[Record, Record]]:
+        results = self.inner.fit_many(jobs, round)
+        return [(self._clip(job[0], up), state) for job, (up, state) in zip(jobs, results, strict=True)]
+
+    def _clip(self, down: Record, up: Record) -> Record:
         keys = [k for k in up.arrays if k in down.arrays and up.arrays[k].dtype.kind == "f"]
         clipped = [up.arrays[k].astype(np.float64) for k in keys]
         _dp().compute_clip_model_update(clipped, [down.arrays[k].astype(np.float64) for k in keys],
                                         self.settings.clipping_norm)
         arrays = {**up.arrays, **{k: c.astype(up.arrays[k].dtype) for k, c in zip(keys, clipped, strict=True)}}
-        return Record(arrays, {**up.scalars, "num_examples": 1}), new_state
+        return Record(arrays, {**up.scalars, "num_examples": 1})
 
     def aggregate(self, server: Record, replies: dict[str, Record], round: int) -> Record:
         out = self.inner.aggregate(server, replies, round)

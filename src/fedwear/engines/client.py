@@ -76,9 +76,11 @@ class ClientRuntime:
         use = pooled_test is not None and "generalization" in cfg.evaluation.views
         self.own_slice = own_slice if use else None
 
+    def fit_seed(self, round: int) -> int:
+        return derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
+
     def fit(self, down: Record, state: Record, round: int) -> tuple[Record, Record]:
-        seed = derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
-        return self.method.fit(down, state, self.data, round, seed)
+        return self.method.fit(down, state, self.data, round, self.fit_seed(round))
 
     def evaluate(self, down: Record, state: Record, global_msg: Record | None, round: int, new: bool) -> list[Row]:
         """Rows ``{view, split, n, n_train, accuracy, macro_f1, auc}`` for the views that apply."""

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from fedwear.data.types import ClientData, FederatedData
 
 Scalar = int | float | str | bool
+#: One client's ``fit`` arguments: (down, state, data, seed).
+FitJob = tuple["Record", "Record", "ClientData", int]
 
 
 @dataclass
@@ -115,6 +117,11 @@ class Method:
         self, down: Record, state: Record, data: ClientData, round: int, seed: int
     ) -> tuple[Record, Record]:
         raise NotImplementedError
+
+    def fit_many(self, jobs: list[FitJob], round: int) -> list[tuple[Record, Record]]:
+        """``fit`` of several clients (``engine: batched``); a method may train them together.
+        Default: one after another."""
+        return [self.fit(down, state, data, round, seed) for down, state, data, seed in jobs]
 
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Record:
         """Client state to evaluate a training client with. Default: its state as kept.

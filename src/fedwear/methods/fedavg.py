@@ -7,6 +7,7 @@ or the predictors.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -16,7 +17,8 @@ from torch import nn
 
 from fedwear.data.types import ClientData
 from fedwear.evaluation.predictor import Predictor, digest
-from fedwear.methods.api import Method, Record, Task
+from fedwear.methods import batched
+from fedwear.methods.api import FitJob, Method, Record, Task
 from fedwear.methods.api import Options as BaseOptions
 from fedwear.methods.training import (
     LocalOptimizer,
@@ -31,6 +33,12 @@ from fedwear.methods.training import (
 from fedwear.models import SplitModel, build_model
 
 PARTS = ("body", "head")
+#: Hooks that define the local step; a subclass overriding any of them trains client by client.
+STEP_HOOKS = ("fit", "load", "begin_fit", "optimizer", "train", "loss", "before_step", "after_step", "client_state")
+#: Above this many training FLOPs per window, clients train one after another even with
+#: ``engine: batched``: the step is compute-bound and batching clients saves nothing
+#: (benchmarks/speed.py, docs/performance.md).
+VECTORIZE_MAX_TRAIN_FLOPS = 2e6
 
 
 class FedAvg(Method):
@@ -143,6 +151,58 @@ class FedAvg(Method):
         loss = self.train(model, opt, data, seed)
         up = Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
         return up, self.client_state(model, opt)
+
+    def fit_many(self, jobs: list[FitJob], round: int) -> list[tuple[Record, Record]]:
+        """``fit`` of several clients in one vectorised computation (``methods/batched.py``) when
+        the local step is FedAvg's plain one on a small model; otherwise one after another."""
+        if not self.vectorizable:
+            return super().fit_many(jobs, round)
+        model = self.model
+        names = [n for n, _ in model.named_parameters()]
+        persist = self.task.config.optimizer.persist
+        prefix = "optim.model."
+        work = []
+        for down, state, data, seed in jobs:
+            start = {**self.initial, **down.arrays, **state.arrays}
+            buffers = [state.arrays.get(f"{prefix}{i}.momentum_buffer") for i in range(len(names))]
+            momentum = None
+            if persist and all(b is not None for b in buffers):
+                momentum = {n: torch.from_numpy(np.array(b)) for n, b in zip(names, buffers, strict=True)}
+            x, y = tensors(data)
+            work.append(batched.ClientJob({n: torch.from_numpy(np.asarray(start[n])) for n in names}, x, y, seed, momentum))
+        cfg = self.task.config
+        o = cfg.optimizer
+        results = batched.train_together(
+            model, work, epochs=self.local_epochs, batch_size=self.batch_size, lr=o.lr, momentum=o.momentum,
+            weight_decay=o.weight_decay, clip=cfg.grad_clip,
+        )
+        out = []
+        for (_, _, data, _), res in zip(jobs, results, strict=True):
+            arrays = {n: w.detach().numpy().copy() for n, w in res.weights.items()}
+            up = Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
+                        {"num_examples": len(data.train), "loss": res.loss})
+            kept = {n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.personal}
+            if persist and res.momentum:
+                kept.update({f"{prefix}{i}.momentum_buffer": res.momentum[n].numpy().copy()
+                             for i, n in enumerate(names)})
+            out.append((up, Record(kept)))
+        return out
+
+    @cached_property
+    def vectorizable(self) -> bool:
+        """Whether ``fit_many`` can train clients together: FedAvg's step hooks, SGD without a
+        scheduler, every parameter trained, a pure model (no buffers or dropout) small enough
+        for batching to pay (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
+        o, t = self.task.config.optimizer, self.task
+        trained = set(self.shared + self.personal)
+        return (
+            all(getattr(type(self), h) is getattr(FedAvg, h) for h in STEP_HOOKS)
+            and o.name == "sgd" and o.scheduler == "none"
+            and all(n.split(".", 1)[0] in trained for n, _ in self.model.named_parameters())
+            and batched.can_vectorize(self.model)
+            and batched.train_flops_per_window(self.model, t.window, t.channels, t.num_classes)
+            <= VECTORIZE_MAX_TRAIN_FLOPS
+        )
 
     def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:
         """The ``personal`` parts, plus each optimiser's state when ``optimizer.persist``."""

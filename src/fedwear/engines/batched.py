@@ -1,0 +1,26 @@
+"""The client-batched engine: the in-process engine, with a round's clients trained together.
+
+``engine: batched`` hands a round's fits to ``Method.fit_many``; FedAvg-family methods with the
+plain local step on a small model train them in one vectorised computation
+(``fedwear.methods.batched``), the others one after another as in ``engine: sim``. Evaluation,
+client states and checkpoints are the in-process engine's.
+"""
+
+from __future__ import annotations
+
+from fedwear.engines.sim import SimExecutor
+from fedwear.methods.api import Record
+
+
+class BatchedExecutor(SimExecutor):
+    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
+        ids = list(downs)
+        if not ids:
+            return {}
+        method = self.trainers[ids[0]].method
+        jobs = [(downs[c], self.states.get(c, Record()), self.trainers[c].data, self.trainers[c].fit_seed(round))
+                for c in ids]
+        replies = {}
+        for cid, (up, state) in zip(ids, method.fit_many(jobs, round), strict=True):
+            replies[cid], self.states[cid] = up, state
+        return replies

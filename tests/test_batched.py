@@ -1,0 +1,97 @@
+"""The client-batched engine: clients trained together give what training them one by one gives."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fedwear
+from fedwear.methods import batched, build_method
+from fedwear.methods.api import Task
+from fedwear.methods.batched import ClientJob, train_together
+from fedwear.methods.training import train_epochs
+from fedwear.models import build_model
+from tests.helpers import tiny_config
+
+SGD = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
+
+
+def _alone(model, job: ClientJob, epochs: int, batch_size: int, clip: float | None):
+    """One client trained by the plain loop with torch's SGD."""
+    m = copy.deepcopy(model)
+    m.load_state_dict(job.weights)
+    opt = torch.optim.SGD(m.parameters(), **SGD)
+    if job.momentum is not None:
+        opt.state_dict()  # materialise, then give each parameter its persisted buffer
+        for p, n in zip(m.parameters(), job.weights, strict=True):
+            opt.state[p]["momentum_buffer"] = job.momentum[n].clone()
+    loss = train_epochs(m, opt, job.x, job.y, epochs=epochs, batch_size=batch_size,
+                        generator=torch.Generator().manual_seed(job.seed), loss_fn=lambda mm, x, y: F.cross_entropy(mm(x), y),
+                        clip=clip)
+    return {n: p.detach() for n, p in m.named_parameters()}, {n: opt.state[p]["momentum_buffer"] for n, p in m.named_parameters()}, loss
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip):
+    torch.manual_seed(0)
+    model = build_model("cnn", 32, 3, 4, width=8)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    jobs = []
+    for k, n in enumerate([37, 8, 20, 3]):  # partial last batches, clients with fewer steps than others
+        x, y = torch.randn(n, 32, 3), torch.randint(0, 4, (n,))
+        weights = {name: w + 0.01 * k for name, w in start.items()}
+        momentum = {name: torch.randn_like(w) * 0.1 for name, w in start.items()} if k == 2 else None
+        jobs.append(ClientJob(weights, x, y, seed=100 + k, momentum=momentum))
+    together = train_together(model, jobs, epochs=3, batch_size=8, clip=clip, **SGD)
+    for job, res in zip(jobs, together, strict=True):
+        weights, momentum, loss = _alone(model, job, 3, 8, clip)
+        for n in weights:
+            torch.testing.assert_close(res.weights[n], weights[n], atol=2e-5, rtol=1e-4)
+            torch.testing.assert_close(res.momentum[n], momentum[n], atol=2e-5, rtol=1e-4)
+        assert res.loss == pytest.approx(loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("method, sets", [
+    ("fedavg", {"optimizer.persist": True, "grad_clip": 1.0, "optimizer.momentum": 0.9}),
+    ("local", {}),
+    ("fedper", {"optimizer.weight_decay": 1e-3}),
+    ("fedavg", {"privacy.dp": "central", "privacy.noise_multiplier": 0.1, "privacy.clipping_norm": 1.0}),
+    ("fedprox", {}),  # its own loss: trained client by client
+])
+def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
+    calls = []
+    real = batched.train_together
+    monkeypatch.setattr(batched, "train_together", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cfg = tiny_config(method=method, **sets)
+    sim = fedwear.run(cfg, tmp_path / "sim")
+    assert not calls
+    fast = fedwear.run(cfg.model_copy(update={"engine": "batched"}), tmp_path / "batched")
+    assert len(calls) == (0 if method == "fedprox" else cfg.rounds)
+    a, b = sim.metrics, fast.metrics
+    assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
+    for m in ("accuracy", "macro_f1", "auc"):
+        np.testing.assert_allclose(a[m], b[m], atol=1e-3)
+    ca, cb = (pickle.loads((r.out_dir / "checkpoint.pkl").read_bytes()) for r in (sim, fast))
+    records = [(ca["server"], cb["server"])] + [(ca["clients"][c], cb["clients"][c]) for c in ca["clients"]]
+    assert sum(len(x.arrays) for x, _ in records) > 0
+    for x, y in records:
+        assert x.arrays.keys() == y.arrays.keys()
+        for k in x.arrays:
+            np.testing.assert_allclose(y.arrays[k], x.arrays[k], atol=1e-4, rtol=1e-3, err_msg=k)
+
+
+def test_only_plain_steps_on_small_models_are_vectorised():
+    def method(name, **sets):
+        cfg = tiny_config(method=name, **sets)
+        return build_method(Task(cfg, 32, 3, 3, 6))
+    assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
+    assert not method("fedprox").vectorizable  # own loss
+    assert not method("fedrep").vectorizable  # own fit
+    assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable
+    cfg = tiny_config(**{"model.name": "harcnn", "model.options": {}})
+    assert not build_method(Task(cfg, 512, 6, 12, 14)).vectorizable  # compute-bound: no gain
