@@ -93,5 +93,6 @@ def test_only_plain_steps_on_small_models_are_vectorised():
     assert not method("fedprox").vectorizable  # own loss
     assert not method("fedrep").vectorizable  # own fit
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable
+    assert not method("fedavg", **{"model.name": "lstm", "model.options": {}}).vectorizable  # vmap falls back
     cfg = tiny_config(**{"model.name": "harcnn", "model.options": {}})
     assert not build_method(Task(cfg, 512, 6, 12, 14)).vectorizable  # compute-bound: no gain

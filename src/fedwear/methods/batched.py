@@ -40,8 +40,11 @@ class ClientResult:
 
 def can_vectorize(model: nn.Module) -> bool:
     """No buffers (BatchNorm statistics) and no dropout: the step is a pure function of the
-    weights and the batch, which vmap needs to reproduce the one-client result."""
-    return not list(model.buffers()) and not any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
+    weights and the batch, which vmap needs to reproduce the one-client result. No recurrent
+    layers: vmap runs ``nn.LSTM``/``nn.GRU`` one client at a time through a fallback (slower than
+    the plain loop, measured in docs/performance.md)."""
+    return not list(model.buffers()) and not any(
+        isinstance(m, (nn.modules.dropout._DropoutNd, nn.RNNBase)) for m in model.modules())
 
 
 def train_flops_per_window(model: nn.Module, window: int, channels: int, num_classes: int) -> float:
