@@ -86,7 +86,7 @@ def run(
         else:
             engine = BatchedExecutor if cfg.engine == "batched" else SimExecutor
             executor = engine(method, method.training_clients(data), data.clients, data.new_clients,
-                            pooled_test(data), cfg, test_slices(data))
+                            pooled_test(data), cfg, test_slices(data), out=out)
             runner = Runner(cfg, method, roster, executor, cbs)
             if plan.checkpoint is not None:
                 runner.restore(plan.checkpoint)

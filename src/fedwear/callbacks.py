@@ -84,7 +84,11 @@ class CsvSink(Callback):
 
 class Checkpointer(Callback):
     """Saves server state, client states and callback states every ``every`` rounds (atomically),
-    tagged with the config hash so that ``--resume`` only continues the run it belongs to."""
+    tagged with the config hash so that ``--resume`` only continues the run it belongs to.
+
+    With ``client_states: disk`` the client states are an index of their files (only the
+    states that changed were written, as they changed); once the checkpoint is in place, the
+    executor may delete the files only older checkpoints referenced."""
 
     def __init__(self, out: Path, every: int) -> None:
         self.path, self.every = out / CHECKPOINT, every
@@ -96,6 +100,7 @@ class Checkpointer(Callback):
                 "config_hash": runner.cfg.hash(), "round": info.round, "server": runner.server,
                 "clients": runner.executor.client_states(), "callbacks": callbacks,
             })
+            runner.executor.checkpoint_saved()
 
 
 def save_checkpoint(path: Path, checkpoint: dict) -> None:

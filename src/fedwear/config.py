@@ -323,6 +323,9 @@ def check_consistency(cfg: RunConfig) -> None:
         )
     if cfg.flower.secagg.enabled and cfg.engine in ("sim", "batched"):
         raise ConfigError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
+    if cfg.client_states == "disk" and cfg.engine in ("flower-sim", "flower"):
+        raise ConfigError(f"client_states=disk needs engine=sim or batched (engine={cfg.engine} keeps client "
+                          "states in Flower's Context): remove client_states or set engine=sim")
 
 
 def dump_config(cfg: RunConfig) -> str:

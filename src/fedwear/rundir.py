@@ -21,11 +21,12 @@ from pathlib import Path
 
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.config import RunConfig, load_config
+from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.errors import ConfigError, FedwearError
 
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,
-             "checkpoint.tmp", "run.log", "report")
+             "checkpoint.tmp", STATES_FOLDER, "run.log", "report")
 
 
 @dataclass

@@ -336,6 +336,9 @@ class GridExecutor:
     def client_states(self) -> dict[str, Record]:
         return {}  # kept in each node's Context.state
 
+    def checkpoint_saved(self) -> None:
+        pass  # nothing of the clients' is kept here
+
     def restore(self, states: dict[str, Record]) -> None:
         if states:
             raise FedwearError("--resume is not supported on the Flower engines: client states live on the nodes")

@@ -1,24 +1,36 @@
-"""The in-process engine: clients one after another, states in memory, data already in RAM."""
+"""The in-process engine: clients one after another, data already in RAM, states in a
+:class:`~fedwear.engines.store.ClientStore` (memory, or files in the run directory)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from fedwear.config import RunConfig
 from fedwear.data.types import ClientData, Windows
 from fedwear.engines.client import ClientRuntime, EvalCache, Row
+from fedwear.engines.store import ClientStore, open_store
 from fedwear.methods.api import Method, Record
 
 
 class SimExecutor:
+    """Runs client work in this process.
+
+    ``out`` is the run directory, needed with ``client_states: disk`` (the states' files live
+    there); it is keyword-only with a default so older callers keep working, and a subclass
+    (``engine: batched``) passes it on to ``super().__init__``. ``self.states`` is the one place
+    client states live: read them with ``.get(cid, Record())``, write with ``states[cid] = ...``.
+    """
+
     def __init__(self, method: Method, train: list[ClientData], evaluated: list[ClientData],
                  new: list[ClientData], pooled_test: Windows, cfg: RunConfig,
-                 test_slices: dict[str, slice] | None = None) -> None:
+                 test_slices: dict[str, slice] | None = None, *, out: Path | None = None) -> None:
         self.trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in train}
         shared = EvalCache()
         slices = test_slices or {}
         self.evaluated = {c.client_id: ClientRuntime(method, c, cfg, pooled_test, shared, slices.get(c.client_id))
                           for c in evaluated}
         self.new = {c.client_id: ClientRuntime(method, c, cfg) for c in new}
-        self.states: dict[str, Record] = {}
+        self.states: ClientStore = open_store(cfg.client_states, out)
 
     def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
         replies = {}
@@ -36,11 +48,14 @@ class SimExecutor:
                 out[cid] = self.evaluated[cid].evaluate(down, self.states.get(cid, Record()), global_msg, round, new=False)
         return out
 
-    def client_states(self) -> dict[str, Record]:
-        return self.states
+    def client_states(self) -> dict:
+        return self.states.checkpoint()
 
-    def restore(self, states: dict[str, Record]) -> None:
-        self.states = dict(states)
+    def checkpoint_saved(self) -> None:
+        self.states.checkpoint_saved()
+
+    def restore(self, states: dict) -> None:
+        self.states.restore(states)
 
     def close(self) -> None:
-        pass
+        self.states.close()

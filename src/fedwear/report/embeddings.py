@@ -27,6 +27,7 @@ from fedwear.config import RunConfig, load_config
 from fedwear.data import dataset_module, load_federated
 from fedwear.data.preprocess import bundled_root
 from fedwear.data.types import ClientData, FederatedData
+from fedwear.engines.store import saved_states
 from fedwear.errors import FedwearError
 from fedwear.evaluation.predictor import Predictor
 from fedwear.methods import Method, Record, Task, build_method
@@ -179,6 +180,7 @@ def run_embeddings(run: Run, root: Path | None = None,
     if isinstance(m, Skipped):
         return m
     method, data = m
+    ckpt["clients"] = saved_states(ckpt.get("clients") or {}, run.path)  # client_states=disk: files
     per_client = body_embeddings(method, ckpt, data.clients, cfg)
     if isinstance(per_client, str):
         return Skipped(run.method, run.seed, per_client)
