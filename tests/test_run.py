@@ -57,6 +57,8 @@ def test_summary_has_the_fixed_keys(tmp_path):
     assert s["rounds_to_target"] == {"personalized.accuracy": 1}
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["config_hash"] == s["config_hash"]
+    timing = pd.read_csv(tmp_path / "timing.csv")
+    assert list(timing["round"]) == [1, 2, 3] and (timing["cpu_s"] > 0).all() and (timing["wall_s"] > 0).all()
 
 
 class Interrupt(Callback):

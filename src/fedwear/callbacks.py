@@ -61,7 +61,7 @@ class CsvSink(Callback):
     def __init__(self, out: Path) -> None:
         self.metrics = CsvTable(out / "metrics.csv", METRIC_COLUMNS)
         self.rounds = CsvTable(out / "rounds.csv", ROUND_COLUMNS)
-        self.timing = CsvTable(out / "timing.csv", ["round", "wall_s"])
+        self.timing = CsvTable(out / "timing.csv", ["round", "wall_s", "cpu_s"])
 
     def on_start(self, runner: Runner) -> None:
         done = runner.start_round - 1
@@ -79,7 +79,7 @@ class CsvSink(Callback):
             "aggregated": int(info.aggregated), "train_loss": info.train_loss,
             "eval_bytes_down": info.eval_bytes_down, "eval_bytes_up": info.eval_bytes_up,
         }])
-        self.timing.append([{"round": info.round, "wall_s": info.wall_s}])
+        self.timing.append([{"round": info.round, "wall_s": info.wall_s, "cpu_s": info.cpu_s}])
 
 
 class Checkpointer(Callback):
