@@ -218,7 +218,7 @@ def test_evaluation_runs_each_distinct_body_once_and_equals_computing_each(tmp_p
     """Equal models share forward passes across views and clients, each client's test logits are
     cut from the pooled test set's; the metrics equal computing every view on its own."""
     import fedwear.api
-    from fedwear.engines import sim
+    from fedwear.engines import client, sim
     from fedwear.engines.client import EvalCache
 
     made: list[EvalCache] = []
@@ -232,11 +232,20 @@ def test_evaluation_runs_each_distinct_body_once_and_equals_computing_each(tmp_p
         def logits(self, round, pred, w, batch_size):
             return super().logits(round, Predictor(pred), w, batch_size)  # no keys: nothing shared
 
+        def scores(self, round, pred, w, compute):
+            return compute()
+
+    scored = []
+    real_metrics = client.classification_metrics
+    monkeypatch.setattr(client, "classification_metrics", lambda *a: scored.append(1) or real_metrics(*a))
     monkeypatch.setattr(sim, "EvalCache", Counting)
     shared = fedwear.run(tiny_config(), tmp_path / "shared")
     # per round, the one global model over the pooled test set serves the personalized,
     # generalization and global views of all 6 training clients
     assert sum(c.forwards for c in made) == 3 * 1
+    # and its metrics are computed once per window set: 6 own test sets (personalized = global),
+    # the pooled test set, the 2 new clients' test sets
+    assert len(scored) == 3 * (6 + 1 + 2)
     made.clear()
     fedwear.run(tiny_config(method="local"), tmp_path / "local")
     assert sum(c.forwards for c in made) == 3 * 6  # personal models differ: one pooled pass each

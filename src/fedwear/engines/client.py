@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -24,23 +26,38 @@ def forward(fn, x: np.ndarray | torch.Tensor, batch_size: int) -> torch.Tensor:
 
 
 class EvalCache:
-    """Each distinct body's features and each distinct model's logits, once per round and window set.
+    """Each distinct body's features, each distinct model's logits and metrics, once per round
+    and window set.
 
     Keys come from the predictor (``body_key``, ``head_key``: digests of the weights), so clients
     of a global-model method share one forward pass per window set across the personalized,
-    generalization and global views, and clients sharing a body share its features. A predictor
-    without keys is computed every time.
+    generalization and global views (and the metrics of equal logits on equal windows), and
+    clients sharing a body share its features. A predictor without keys is computed every time.
     """
 
     def __init__(self) -> None:
         self._round: int | None = None
         self._features: dict[tuple, torch.Tensor] = {}
         self._logits: dict[tuple, np.ndarray] = {}
+        self._scores: dict[tuple, dict[str, float]] = {}
         self.forwards = 0  # body passes actually run (for tests and benchmarks)
 
-    def logits(self, round: int, pred: Predictor, w: Windows, batch_size: int) -> np.ndarray:
+    def _at(self, round: int) -> None:
         if round != self._round:
-            self._round, self._features, self._logits = round, {}, {}
+            self._round, self._features, self._logits, self._scores = round, {}, {}, {}
+
+    def scores(self, round: int, pred: Predictor, w: Windows, compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """``compute()`` (the metrics of ``pred`` on ``w``), once per keyed model and window set."""
+        self._at(round)
+        if pred.body_key is None or pred.head_key is None:
+            return compute()
+        key = (pred.body_key, pred.head_key, id(w))
+        if key not in self._scores:
+            self._scores[key] = compute()
+        return self._scores[key]
+
+    def logits(self, round: int, pred: Predictor, w: Windows, batch_size: int) -> np.ndarray:
+        self._at(round)
         if pred.body_key is None:
             self.forwards += 1
             return forward(pred, w.x, batch_size).float().numpy()
@@ -117,9 +134,13 @@ class ClientRuntime:
 
     def _row(self, round: int, pred: Predictor, view: str, split: str, w: Windows) -> Row:
         pred, bs = as_predictor(pred), self.cfg.evaluation.batch_size
-        if w is self.data.test and self.own_slice is not None:
-            logits = self.cache.logits(round, pred, self.pooled_test, bs)[self.own_slice]
-        else:
-            logits = self.cache.logits(round, pred, w, bs)
-        metrics = classification_metrics(w.y, logits, self.cfg.evaluation.auc)
+
+        def compute() -> dict[str, float]:
+            if w is self.data.test and self.own_slice is not None:
+                logits = self.cache.logits(round, pred, self.pooled_test, bs)[self.own_slice]
+            else:
+                logits = self.cache.logits(round, pred, w, bs)
+            return classification_metrics(w.y, logits, self.cfg.evaluation.auc)
+
+        metrics = self.cache.scores(round, pred, w, compute)
         return {"view": view, "split": split, "n": len(w), "n_train": len(self.data.train), **metrics}
