@@ -630,6 +630,8 @@ def table(case: Case, summaries: dict[str, dict]) -> list[str]:
              "|---|---|" + "---:|" * 16]
     for side in case.sides:
         s = summaries[side]
+        if s.get("error") == "not run":  # left out with --sides
+            continue
         if "error" in s:
             lines.append(f"| {side} | n/a (error: {s['error'].replace('|', '/')}) |" + " |" * 16)
             continue
