@@ -249,6 +249,13 @@ def test_evaluation_runs_each_distinct_body_once_and_equals_computing_each(tmp_p
     made.clear()
     fedwear.run(tiny_config(method="local"), tmp_path / "local")
     assert sum(c.forwards for c in made) == 3 * 6  # personal models differ: one pooled pass each
+    for method, views, passes in (("fedavg", "[global]", 1), ("fedavg", "[personalized,global]", 1),
+                                  ("local", "[personalized,global]", 6)):
+        made.clear()
+        fedwear.run(tiny_config(method=method, **{"evaluation.views": views}), tmp_path / f"{method}-{views}")
+        # without the generalization view the global model still runs once over the pooled test
+        # set; personal models run over their own test sets only
+        assert sum(c.forwards for c in made) == 3 * passes, (method, views)
 
     monkeypatch.setattr(sim, "EvalCache", NoSharing)
     monkeypatch.setattr(fedwear.api, "test_slices", lambda data: {})  # own test sets run on their own

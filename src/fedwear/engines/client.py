@@ -75,12 +75,22 @@ class EvalCache:
         return logits
 
 
-class ClientRuntime:
-    """One client: its data, and (for the generalization view) the pooled test set if available.
+def _same_model(a: Predictor | Callable, b: Predictor | None) -> bool:
+    """Both keyed and equal: ``a`` computes the logits ``b`` computes."""
+    a = as_predictor(a)
+    return b is not None and a.body_key is not None and a.head_key is not None \
+        and (a.body_key, a.head_key) == (b.body_key, b.head_key)
 
-    ``own_slice`` locates the client's test split inside the pooled one: with the
-    generalization view on, its test logits are cut from the pooled logits, so each model
-    runs over the test windows once.
+
+class ClientRuntime:
+    """One client: its data, and (for the generalization and global views) the pooled test set
+    if available.
+
+    ``own_slice`` locates the client's test split inside the pooled one. The global model's
+    test logits are cut from its logits on the pooled test set (one forward pass in large
+    batches for all clients instead of one per client), and so are a personal model's when the
+    generalization view runs it over the pooled set anyway: each model runs over the test
+    windows once.
     """
 
     def __init__(self, method: Method, data: ClientData, cfg: RunConfig, pooled_test: Windows | None = None,
@@ -90,8 +100,8 @@ class ClientRuntime:
         self.cfg = cfg
         self.pooled_test = pooled_test
         self.cache = cache or EvalCache()
-        use = pooled_test is not None and "generalization" in cfg.evaluation.views
-        self.own_slice = own_slice if use else None
+        self.own_slice = own_slice if pooled_test is not None else None
+        self.pool_personal = "generalization" in cfg.evaluation.views
 
     def fit_seed(self, round: int) -> int:
         return derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
@@ -115,28 +125,31 @@ class ClientRuntime:
                 if pred is not None:
                     rows += self._rows(round, pred, "new_clients", splits)
             return rows
+        gpred = m.global_predictor(global_msg) if "global" in ev.views and global_msg is not None else None
         pred = None
         if {"personalized", "generalization"} & set(ev.views):
             seed = derive_seed(self.cfg.seed, "personalize", round, self.data.client_id)
             personal = m.personalize(down, state, self.data, seed)
             pred = m.personal_predictor(down, personal)
         if pred is not None:
+            pooled = self.pool_personal or _same_model(pred, gpred)
             if "personalized" in ev.views:
-                rows += self._rows(round, pred, "personalized", splits)
+                rows += self._rows(round, pred, "personalized", splits, pooled)
             if "generalization" in ev.views and self.pooled_test is not None:
                 rows.append(self._row(round, pred, "generalization", "test", self.pooled_test))
-        if "global" in ev.views and global_msg is not None:
-            rows += self._rows(round, m.global_predictor(global_msg), "global", splits)
+        if gpred is not None:
+            rows += self._rows(round, gpred, "global", splits, pooled=True)
         return rows
 
-    def _rows(self, round: int, pred: Predictor, view: str, splits: list[str]) -> list[Row]:
-        return [self._row(round, pred, view, s, getattr(self.data, s)) for s in splits]
+    def _rows(self, round: int, pred: Predictor, view: str, splits: list[str], pooled: bool = False) -> list[Row]:
+        return [self._row(round, pred, view, s, getattr(self.data, s), pooled) for s in splits]
 
-    def _row(self, round: int, pred: Predictor, view: str, split: str, w: Windows) -> Row:
+    def _row(self, round: int, pred: Predictor, view: str, split: str, w: Windows, pooled: bool = False) -> Row:
+        """``pooled``: cut the test logits from the model's logits on the pooled test set."""
         pred, bs = as_predictor(pred), self.cfg.evaluation.batch_size
 
         def compute() -> dict[str, float]:
-            if w is self.data.test and self.own_slice is not None:
+            if pooled and w is self.data.test and self.own_slice is not None:
                 logits = self.cache.logits(round, pred, self.pooled_test, bs)[self.own_slice]
             else:
                 logits = self.cache.logits(round, pred, w, bs)
