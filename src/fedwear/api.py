@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from fedwear import rundir
 from fedwear.callbacks import Checkpointer, CsvSink, EarlyStopping, Progress, RunLog
@@ -16,6 +15,7 @@ from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
 from fedwear.data.types import FederatedData
 from fedwear.engines.batched import BatchedExecutor
+from fedwear.engines.process import prepare_process
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
@@ -70,8 +70,7 @@ def run(
     plan = rundir.plan(cfg, out, resume, overwrite)
     if plan.finished is not None:
         return Result(out, plan.finished)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    prepare_process(cfg.threads)
     # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
     method = private(build_method(Task.of(cfg, data)))

@@ -15,6 +15,7 @@ from functools import cache
 from flwr.serverapp import ServerApp
 
 from fedwear.engines.flower import ClientSlot, build_slots, make_client_app
+from fedwear.engines.process import prepare_process
 from fedwear.errors import FedwearError
 
 server_app = ServerApp()
@@ -55,6 +56,7 @@ def node_slot(config: str, data_root: str, client: str, role: str) -> ClientSlot
 
     sets = [f"dataset.root={data_root}"] if data_root else []
     cfg = load_config(config, [*sets, "dataset.held_out=0", "engine=flower"])  # a deployment's node
+    prepare_process(cfg.threads)
     slots, _ = build_slots(cfg, with_pooled_test=False)
     if client:
         chosen = [s for s in slots if s.client_id == client]

@@ -23,6 +23,7 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.engines.client import ClientRuntime, EvalCache, Row
+from fedwear.engines.process import prepare_process
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.secagg import secagg_train, secure_mean
 from fedwear.errors import FedwearError
@@ -129,10 +130,7 @@ _SLOTS: dict[tuple[str, bool], list[ClientSlot]] = {}  # per process (a Ray acto
 def slots_for(cfg: RunConfig, with_pooled_test: bool) -> list[ClientSlot]:
     key = (cfg.hash(), with_pooled_test)
     if key not in _SLOTS:
-        if cfg.threads:
-            import torch
-
-            torch.set_num_threads(cfg.threads)
+        prepare_process(cfg.threads)
         _SLOTS.clear()
         _SLOTS[key] = build_slots(cfg, with_pooled_test)[0]
     return _SLOTS[key]
