@@ -7,7 +7,9 @@ forward pass with ``fedwear.models.build_model("lstm", ...)`` (``nn.LSTM``) and 
 computing the same function step by step in Python (input projection for all steps in one
 matmul, then per step one matmul and the gates). (b) ``torch.func.vmap(torch.func.grad(loss))``
 over K clients' stacked weights (``functional_call``), the way a client-batched engine would
-train them together. Timings are medians of interleaved repeats (CPU seconds).
+train them together. (c) torch's element-wise rates for the LSTM's gate functions, which
+bound any LSTM implementation built from torch operators. Timings are medians of interleaved
+repeats (CPU seconds).
 """
 
 from __future__ import annotations
@@ -95,6 +97,14 @@ def main() -> None:
             f(params, buffers, xs, ys)
             times = [cpu_ms(lambda f=f, p=params, b=buffers, xs=xs, ys=ys: f(p, b, xs, ys), 2) for _ in range(3)]
             print(f"  {k:10s} K={clients}: {statistics.median(times) / clients:7.1f}")
+
+    print("(c) element-wise ops (CPU ns per element, median of 5 x 200 calls)")
+    for n in (B * 4 * HIDDEN, 50 * B * 4 * HIDDEN):
+        a = torch.randn(n)
+        for name, op in (("sigmoid", torch.sigmoid), ("tanh", torch.tanh), ("mul", lambda t: t * t)):
+            op(a)
+            ns = statistics.median(cpu_ms(lambda op=op, a=a: op(a), 200) for _ in range(5)) * 1e6 / n
+            print(f"  {name:8s} {n:7d} elements: {ns:5.2f}")
 
 
 if __name__ == "__main__":
