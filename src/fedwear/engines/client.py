@@ -75,11 +75,10 @@ class EvalCache:
         return logits
 
 
-def _same_model(a: Predictor | Callable, b: Predictor | None) -> bool:
-    """Both keyed and equal: ``a`` computes the logits ``b`` computes."""
-    a = as_predictor(a)
-    return b is not None and a.body_key is not None and a.head_key is not None \
-        and (a.body_key, a.head_key) == (b.body_key, b.head_key)
+def _keyed_as(pred: Predictor | Callable, keys: tuple[str | None, str | None] | None) -> bool:
+    """``pred`` is keyed, with these (body, head) keys: it computes those logits."""
+    p = as_predictor(pred)
+    return keys is not None and None not in keys and (p.body_key, p.head_key) == keys
 
 
 class ClientRuntime:
@@ -125,20 +124,23 @@ class ClientRuntime:
                 if pred is not None:
                     rows += self._rows(round, pred, "new_clients", splits)
             return rows
-        gpred = m.global_predictor(global_msg) if "global" in ev.views and global_msg is not None else None
+        with_global = "global" in ev.views and global_msg is not None
         pred = None
         if {"personalized", "generalization"} & set(ev.views):
+            # only the global model's keys: a predictor is valid until the method loads another model
+            gpred = m.global_predictor(global_msg) if with_global else None
+            gkeys = (gpred.body_key, gpred.head_key) if gpred is not None else None
             seed = derive_seed(self.cfg.seed, "personalize", round, self.data.client_id)
             personal = m.personalize(down, state, self.data, seed)
             pred = m.personal_predictor(down, personal)
         if pred is not None:
-            pooled = self.pool_personal or _same_model(pred, gpred)
+            pooled = self.pool_personal or _keyed_as(pred, gkeys)
             if "personalized" in ev.views:
                 rows += self._rows(round, pred, "personalized", splits, pooled)
             if "generalization" in ev.views and self.pooled_test is not None:
                 rows.append(self._row(round, pred, "generalization", "test", self.pooled_test))
-        if gpred is not None:
-            rows += self._rows(round, gpred, "global", splits, pooled=True)
+        if with_global:
+            rows += self._rows(round, m.global_predictor(global_msg), "global", splits, pooled=True)
         return rows
 
     def _rows(self, round: int, pred: Predictor, view: str, splits: list[str], pooled: bool = False) -> list[Row]:

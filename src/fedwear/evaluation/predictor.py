@@ -21,6 +21,9 @@ Fn = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class Predictor:
+    """Methods build predictors on their one reusable model object, so a predictor is valid
+    until the method loads the next model: use it, then ask for the next."""
+
     body: Fn
     head: Fn | None = None  # None: ``body`` already gives logits
     body_key: str | None = None
