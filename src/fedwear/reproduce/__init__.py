@@ -34,11 +34,24 @@ class Experiment:
     variants: dict[str, str] = field(default_factory=dict)  # method -> which implementation ran
     run_first: tuple[str, ...] = ()  # methods whose runs start first (seed by seed)
     notes: str = ""
+    differences: tuple[str, ...] = ()  # known differences from the authors' run, listed in the results
     results: str = "results.md"
 
 
 PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold", "lgfedavg", "fedhome",
                     "fedrep", "protohar", "centralized")
+#: What still differs from a run of ProtoHAR's code on the same data (SPECS Part A).
+PROTOHAR_DIFFERENCES = (
+    "client order: subjects sorted (the code takes os.listdir order, so its partition seed "
+    "assigns classes and windows to different clients)",
+    "the 20-shot split and the dropped classes are drawn with numpy's Generator, not the code's "
+    "legacy numpy.random state: the same kind of split, not the same windows",
+    "gradient clipping covers the parameters being trained; the code's clip_grad_norm_ runs over "
+    "all parameters, so in ProtoHAR's and FedRep's head and body steps the frozen part's "
+    "gradients left from the other step count towards the norm",
+    "rows from fedavg-s0 and protohar-s0 were evaluated before the global model's test logits "
+    "came from one pass over the pooled test set: equal up to float rounding",
+)
 PROTOHAR_VARIANTS = {
     "local": "ProtoHAR's code (SOLO), 60 rounds = 300 epochs per client (the code: 300 rounds)",
     "fedavg": "ProtoHAR's code",
@@ -75,6 +88,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
             "and the centralized sanity row run 60 rounds: every client trains every round, so 300 "
             "rounds would cost ~10 CPU-hours each here"
         ),
+        differences=PROTOHAR_DIFFERENCES,
         results="protohar_uschad.md",
     ),
     Experiment(

@@ -122,6 +122,8 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         "",
         f"Protocol: {exp.notes}.",
         "",
+        *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
+          if exp.differences else []),
         f"Compared with ({ref_label}): {paper['source']}." if has_ref else "No published numbers to compare with.",
         "",
         f"## Ours{' next to the ' + ref_label if has_ref else ''} (personalized view; each run's best round by "
