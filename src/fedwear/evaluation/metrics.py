@@ -111,3 +111,16 @@ def rows_summary(rows: list[dict], metric: str, how: str) -> dict[str, float]:
     values = np.array([r[metric] for r in rows], float)
     n_train = np.array([r["n_train"] for r in rows]) if rows and "n_train" in rows[0] else None
     return summarize(values, client_weights(how, np.array([r["n"] for r in rows]), n_train))
+
+
+def regression_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """MSE, MAE and MAPE (in %, ``100 * mean(|y - pred| / |y|)``: sklearn's
+    ``mean_absolute_percentage_error`` times 100, as PCFedH's tables print it, SPECS 1.5) of one
+    client, in the targets' units (bpm for heart rate)."""
+    y, pred = np.asarray(y, np.float64), np.asarray(pred, np.float64)
+    if len(y) == 0:
+        return {"mse": float("nan"), "mae": float("nan"), "mape": float("nan")}
+    err = y - pred
+    eps = np.finfo(np.float64).eps  # sklearn's guard against y == 0
+    return {"mse": float(np.mean(err**2)), "mae": float(np.mean(np.abs(err))),
+            "mape": float(100 * np.mean(np.abs(err) / np.maximum(np.abs(y), eps)))}
