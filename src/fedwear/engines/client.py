@@ -87,9 +87,9 @@ class ClientRuntime:
 
     ``own_slice`` locates the client's test split inside the pooled one. The global model's
     test logits are cut from its logits on the pooled test set (one forward pass in large
-    batches for all clients instead of one per client), and so are a personal model's when the
-    generalization view runs it over the pooled set anyway: each model runs over the test
-    windows once.
+    batches for all clients instead of one per client), and so are a personal model's when it
+    is the global model (same keys) or when the generalization view runs it over the pooled set
+    anyway: each model runs over the test windows once.
     """
 
     def __init__(self, method: Method, data: ClientData, cfg: RunConfig, pooled_test: Windows | None = None,
