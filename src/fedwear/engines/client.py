@@ -128,7 +128,7 @@ class ClientRuntime:
         pred = None
         if {"personalized", "generalization"} & set(ev.views):
             # only the global model's keys: a predictor is valid until the method loads another model
-            gpred = m.global_predictor(global_msg) if with_global else None
+            gpred = m.global_predictor(global_msg) if with_global and not self.pool_personal else None
             gkeys = (gpred.body_key, gpred.head_key) if gpred is not None else None
             seed = derive_seed(self.cfg.seed, "personalize", round, self.data.client_id)
             personal = m.personalize(down, state, self.data, seed)
