@@ -77,8 +77,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from fedwear.data.types import ClientData
 from fedwear.evaluation.predictor import Predictor
 from fedwear.methods.api import Options, Plan, Record, Task
-from fedwear.methods.fedavg import PARTS, FedAvg, tensors
-from fedwear.methods.soft_clustering import CLUSTER, cluster_initial
+from fedwear.methods.fedavg import PARTS, tensors
+from fedwear.methods.soft_clustering import CLUSTER, ClusterModels
 from fedwear.methods.training import load_arrays, model_arrays
 from fedwear.models import SplitModel
 from fedwear.seeding import derive_seed
@@ -144,28 +144,17 @@ def combine(models: list[dict[str, np.ndarray]], weights: np.ndarray) -> dict[st
     return out
 
 
-class FedCE(FedAvg):
+class FedCE(ClusterModels):
     name = "fedce"
     summary = ("FedCE (Cai et al. 2023), reconstructed: losses of K cluster models on a few batches vote for "
                "soft memberships; clients start from the membership mix, the server averages per cluster.")
     Options = FedCEOptions
-    shared = ()
-    personal = ()
-    mean_aggregation = False  # one weighted mean per cluster, not one mean of all replies
 
     def __init__(self, task: Task, options: FedCEOptions) -> None:
         super().__init__(task, options)
         self.opt: FedCEOptions = options
-        self.cluster_initial = cluster_initial(task, options.clusters)
 
     # ---- server -------------------------------------------------------------------------
-    def init_server(self) -> Record:
-        return Record({CLUSTER.format(k) + n: a for k, init in enumerate(self.cluster_initial) for n, a in init.items()})
-
-    def configure(self, server: Record, client: str, round: int) -> Record:
-        """All K cluster models."""
-        return Record(dict(server.arrays))
-
     def aggregate(self, server: Record, replies: dict[str, Record], round: int, plan: Plan | None = None) -> Record:
         """Cluster k := the mean of the replied models weighted by ``n_i u_ik``; a cluster with no
         weight this round keeps its model (step 5)."""

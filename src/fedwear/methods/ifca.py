@@ -26,8 +26,8 @@ from pydantic import Field
 
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Plan, Record, Task
-from fedwear.methods.fedavg import PARTS, FedAvg, tensors
-from fedwear.methods.soft_clustering import CLUSTER, cluster_initial
+from fedwear.methods.fedavg import PARTS, tensors
+from fedwear.methods.soft_clustering import CLUSTER, ClusterModels
 from fedwear.methods.training import load_arrays, model_arrays, weighted_mean
 from fedwear.models import SplitModel
 
@@ -43,28 +43,17 @@ class IFCAOptions(Options):
     )
 
 
-class IFCA(FedAvg):
+class IFCA(ClusterModels):
     name = "ifca"
     summary = ("IFCA (Ghosh et al. 2020): K cluster models; each client trains the one with the lowest loss "
                "on its data and the server averages each cluster's replies.")
     Options = IFCAOptions
-    shared = ()
-    personal = ()
-    mean_aggregation = False  # a mean per cluster, not one mean of all replies
 
     def __init__(self, task: Task, options: IFCAOptions) -> None:
         super().__init__(task, options)
         self.opt: IFCAOptions = options
-        self.cluster_initial = cluster_initial(task, options.clusters)
 
     # ---- server -------------------------------------------------------------------------
-    def init_server(self) -> Record:
-        return Record({CLUSTER.format(k) + n: a for k, init in enumerate(self.cluster_initial) for n, a in init.items()})
-
-    def configure(self, server: Record, client: str, round: int) -> Record:
-        """All K cluster models."""
-        return Record(dict(server.arrays))
-
     def aggregate(self, server: Record, replies: dict[str, Record], round: int, plan: Plan | None = None) -> Record:
         """Per cluster, the sample-weighted mean of the replies that chose it; the others stay."""
         arrays = dict(server.arrays)

@@ -64,19 +64,30 @@ def importance(counts: np.ndarray, smoother: float) -> np.ndarray:
     return u
 
 
-class SoftClustered(FedAvg):
-    """The machinery above; subclasses decide the rounds and how ``u`` and ``v`` are estimated."""
+class ClusterModels(FedAvg):
+    """K models on the server (``cluster{k}.<param>``, from :func:`cluster_initial`), sent to
+    every client: what IFCA, FedCE, FedSoft and PCFedH start from. ``options.clusters`` is K."""
 
     shared = ()
-    personal = PARTS
-    mean_aggregation = False
+    personal = ()
+    mean_aggregation = False  # a mean per cluster, not one mean of all replies
 
-    def __init__(self, task: Task, options: SoftClusterOptions) -> None:
+    def __init__(self, task: Task, options: Options) -> None:
         super().__init__(task, options)
         self.cluster_initial = cluster_initial(task, options.clusters)
 
     def init_server(self) -> Record:
         return Record({CLUSTER.format(k) + n: a for k, init in enumerate(self.cluster_initial) for n, a in init.items()})
+
+    def configure(self, server: Record, client: str, round: int) -> Record:
+        """All K cluster models."""
+        return Record(dict(server.arrays))
+
+
+class SoftClustered(ClusterModels):
+    """The machinery above; subclasses decide the rounds and how ``u`` and ``v`` are estimated."""
+
+    personal = PARTS
 
     def cluster_arrays(self, server: Record) -> dict[str, np.ndarray]:
         return {k: a for k, a in server.arrays.items() if k.startswith("cluster")}
@@ -138,4 +149,4 @@ class SoftClustered(FedAvg):
         return self.predictor(self.load(Record(), state))
 
 
-__all__ = ["SoftClusterOptions", "SoftClustered", "cluster_initial", "importance", "soft_proximal"]
+__all__ = ["ClusterModels", "SoftClusterOptions", "SoftClustered", "cluster_initial", "importance", "soft_proximal"]

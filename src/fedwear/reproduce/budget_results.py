@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from fedwear.compare import Planned
-from fedwear.config import load_config
 from fedwear.reproduce import Experiment, paper_table
+from fedwear.reproduce.run_files import matching_metrics, total_cpu_s
 from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics
 from fedwear.version import __version__
@@ -26,18 +25,13 @@ from fedwear.version import __version__
 
 def budget_numbers(cfg, where: Path) -> dict | None:
     """Final-round weighted accuracy (%) of each personalized / new_clients view of one run."""
-    if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
-        return None
-    if load_config(where / "config.yaml").hash() != cfg.hash():
-        return None
-    metrics = pd.read_csv(where / "metrics.csv")
-    if metrics.empty:
+    metrics = matching_metrics(cfg, where)
+    if metrics is None:
         return None
     agg = aggregate_metrics(metrics, cfg.evaluation.client_weights)
     last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test") & (agg["metric"] == "accuracy")]
     views = {r.view: 100 * float(r.weighted) for r in last.itertuples()}
-    timing = pd.read_csv(where / "timing.csv") if (where / "timing.csv").exists() else pd.DataFrame()
-    cpu = float(timing["cpu_s"].sum()) if len(timing) and "cpu_s" in timing else float("nan")
+    cpu = total_cpu_s(where)
     return {"rounds": last_round(where / "rounds.csv"), "of": cfg.rounds, "seed": cfg.seed, "views": views,
             "cpu_s": cpu}
 

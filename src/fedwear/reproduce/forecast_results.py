@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from fedwear.compare import Planned
-from fedwear.config import KIND_METRICS, load_config
+from fedwear.config import KIND_METRICS
 from fedwear.evaluation.naive import NAIVE
 from fedwear.reproduce import Experiment, paper_table
+from fedwear.reproduce.run_files import matching_metrics, total_cpu_s
 from fedwear.summary import aggregate_metrics
 from fedwear.version import __version__
 
@@ -30,19 +30,14 @@ LABEL = {"mse": "MSE", "mae": "MAE", "mape": "MAPE (%)"}
 def final_numbers(cfg, where: Path) -> dict | None:
     """Per view, the unweighted mean and population std over clients of each metric at the run's
     last evaluated round (test split), plus its rounds and CPU time."""
-    if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
-        return None
-    if load_config(where / "config.yaml").hash() != cfg.hash():
-        return None
-    metrics = pd.read_csv(where / "metrics.csv")
-    if metrics.empty:
+    metrics = matching_metrics(cfg, where)
+    if metrics is None:
         return None
     agg = aggregate_metrics(metrics, "uniform")
     last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test")]
     views = {view: {r.metric: (float(r.mean), float(r.std)) for r in g.itertuples()}
              for view, g in last.groupby("view")}
-    timing = pd.read_csv(where / "timing.csv") if (where / "timing.csv").exists() else pd.DataFrame()
-    cpu = float(timing["cpu_s"].sum()) if len(timing) and "cpu_s" in timing else float("nan")
+    cpu = total_cpu_s(where)
     return {"rounds": int(metrics["round"].max()), "of": cfg.rounds, "views": views, "cpu_s": cpu,
             "seed": cfg.seed}
 

@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 
 from fedwear.compare import Planned
-from fedwear.config import load_config, task_kind
+from fedwear.config import task_kind
 from fedwear.reproduce import Experiment, default_out, experiment, paper_table, plan
 from fedwear.reproduce.budget_results import write_budget_results
 from fedwear.reproduce.forecast_results import write_forecast_results
+from fedwear.reproduce.run_files import matching_metrics, timing
 from fedwear.reproduce.views_results import write_views_results
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
@@ -26,12 +27,8 @@ FLAG = 2.0  # points
 
 def run_numbers(cfg, where: Path) -> dict | None:
     """Best-round and per-metric-best values (personalized view, test split, in %) of one run."""
-    if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
-        return None
-    if load_config(where / "config.yaml").hash() != cfg.hash():
-        return None  # a run of another config: not this table's
-    metrics = pd.read_csv(where / "metrics.csv")
-    if metrics.empty:
+    metrics = matching_metrics(cfg, where)
+    if metrics is None:
         return None
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)
@@ -42,10 +39,10 @@ def run_numbers(cfg, where: Path) -> dict | None:
     final = sel[sel["round"] == sel["round"].max()].set_index("metric")["weighted"]
     own_best = sel.groupby("metric")["weighted"].max()
     curve = sel[sel["metric"] == "accuracy"].set_index("round")["weighted"]
-    timing = pd.read_csv(where / "timing.csv") if (where / "timing.csv").exists() else pd.DataFrame()
     per_round, clock = float("nan"), "cpu"
-    if len(timing):  # CPU-seconds; runs begun before timing.csv had cpu_s: wall seconds
-        later = timing[timing["round"] > 0]
+    times = timing(where)
+    if len(times):  # CPU-seconds; runs begun before timing.csv had cpu_s: wall seconds
+        later = times[times["round"] > 0]
         if "cpu_s" in later and later["cpu_s"].notna().any():
             per_round = float(later["cpu_s"].median())
         else:

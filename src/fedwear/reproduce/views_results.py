@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from fedwear.compare import Planned
-from fedwear.config import load_config
 from fedwear.reproduce import Experiment, paper_table
+from fedwear.reproduce.run_files import matching_metrics, timing
 from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics, best_round, per_client_best
 from fedwear.version import __version__
@@ -30,12 +30,8 @@ from fedwear.version import __version__
 def view_numbers(cfg, where: Path) -> dict | None:
     """Personalization / generalization macro-F1 (mean, std over clients) at the best round,
     the global view's pooled accuracy and macro-F1 at its own best round, and the run's cost."""
-    if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
-        return None
-    if load_config(where / "config.yaml").hash() != cfg.hash():
-        return None
-    metrics = pd.read_csv(where / "metrics.csv")
-    if metrics.empty:
+    metrics = matching_metrics(cfg, where)
+    if metrics is None:
         return None
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)
@@ -68,9 +64,8 @@ def view_numbers(cfg, where: Path) -> dict | None:
 def _cost(where: Path) -> dict:
     """CPU seconds per training round (median) and training bytes per round (mean, down + up)."""
     out = {"cpu_s": float("nan"), "bytes": float("nan")}
-    timing = where / "timing.csv"
-    if timing.exists():
-        t = pd.read_csv(timing)
+    t = timing(where)
+    if len(t):
         t = t[t["round"] > 0]
         if len(t) and "cpu_s" in t:
             out["cpu_s"] = float(t["cpu_s"].median())
