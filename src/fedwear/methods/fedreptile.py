@@ -17,8 +17,8 @@ from pydantic import Field
 
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Personalized, Record
-from fedwear.methods.fedavg import PARTS, FedAvg
-from fedwear.methods.meta import reptile_step
+from fedwear.methods.fedavg import PARTS
+from fedwear.methods.meta import Reptile
 from fedwear.methods.training import model_arrays
 from fedwear.seeding import derive_seed
 
@@ -28,20 +28,12 @@ class FedReptileOptions(Options):
     weighted: bool = Field(False, description="weight the users' mean by train windows (the code: unweighted)")
 
 
-class FedReptile(FedAvg):
+class FedReptile(Reptile):
     name = "fedreptile"
     summary = ("FedReptile (Meta-HAR's baseline): the whole classifier trained with Reptile steps, then "
                "fine-tuned by each user with cross-entropy for 1-3 epochs (budgets k1-k3).")
     Options = FedReptileOptions
     budgets = ("k1", "k2", "k3")
-    mean_aggregation = False
-
-    def aggregate(self, server, replies, round, plan=None):
-        if not replies:
-            return server
-        reps = [replies[c] for c in sorted(replies)]
-        return Record({**server.arrays, **reptile_step(server, reps, self.options.sigma, self.options.weighted)},
-                      dict(server.scalars))
 
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Personalized:
         return Personalized(self.tune(down, data, seed))

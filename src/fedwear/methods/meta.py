@@ -23,6 +23,7 @@ from torch import nn
 
 from fedwear.evaluation.predictor import Predictor, digest
 from fedwear.methods.api import Record
+from fedwear.methods.fedavg import FedAvg
 
 USER = "user_head."
 CLASSES = "user_head.classes"
@@ -53,6 +54,20 @@ def reptile_step(server: Record, replies: list[Record], sigma: float, weighted: 
         out[k] = np.asarray(np.rint(new) if dtype.kind in "iu" else new, dtype=dtype)
     return out
 
+
+
+class Reptile(FedAvg):
+    """FedAvg whose server takes a Reptile step (:func:`reptile_step`) towards the replies,
+    taken in client order; the options give ``sigma`` and ``weighted``."""
+
+    mean_aggregation = False
+
+    def aggregate(self, server, replies, round, plan=None):
+        if not replies:
+            return server
+        reps = [replies[c] for c in sorted(replies)]
+        return Record({**server.arrays, **reptile_step(server, reps, self.options.sigma, self.options.weighted)},
+                      dict(server.scalars))
 
 def own_classes(classes: dict[str, tuple[int, ...]], client: str, y: np.ndarray) -> tuple[int, ...]:
     """A client's own classes: from the task when known there, else its train labels."""

@@ -36,14 +36,14 @@ from pydantic import Field
 
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Personalized, Record, Task
-from fedwear.methods.fedavg import FedAvg, tensors
+from fedwear.methods.fedavg import tensors
 from fedwear.methods.meta import (
     USER,
+    Reptile,
     head_arrays,
     local_labels,
     own_classes,
     pairwise_loss,
-    reptile_step,
     user_head,
     user_predictor,
 )
@@ -68,7 +68,7 @@ class MetaHAROptions(Options):
         "global head (Meta-HAR-CE)")
 
 
-class MetaHAR(FedAvg):
+class MetaHAR(Reptile):
     name = "metahar"
     summary = ("Meta-HAR (Li et al. 2021): a federated embedding trained with a pairwise loss and Reptile steps; "
                "each user fine-tunes it and a head over its own activities (budgets n1-n3).")
@@ -76,7 +76,6 @@ class MetaHAR(FedAvg):
     kinds = ("classification",)
     budgets = ("n1", "n2", "n3")
     shared = ("body",)
-    mean_aggregation = False  # a Reptile step over an unweighted mean
 
     def __init__(self, task: Task, options: MetaHAROptions) -> None:
         super().__init__(task, options)
@@ -96,13 +95,6 @@ class MetaHAR(FedAvg):
         up, kept = super().fit(down, state, data, round, seed)
         kept.arrays.update({k: v for k, v in state.arrays.items() if k.startswith(USER)})
         return up, kept
-
-    def aggregate(self, server, replies, round, plan=None):
-        if not replies:
-            return server
-        reps = [replies[c] for c in sorted(replies)]
-        return Record({**server.arrays, **reptile_step(server, reps, self.options.sigma, self.options.weighted)},
-                      dict(server.scalars))
 
     # ---- personalisation ----------------------------------------------------------------
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Personalized:
