@@ -295,3 +295,22 @@ def test_drop_last_skips_partial_batches_and_a_too_small_client_trains_nothing(t
     keep = run(tiny_config(rounds=1, batch_size=16, **{"evaluation.views": "[global]"}), tmp_path / "d")
     assert not np.isnan(pd.read_csv(tmp_path / "c" / "rounds.csv")["train_loss"]).any()
     assert small.metrics["macro_f1"].tolist() != keep.metrics["macro_f1"].tolist()  # 24 = 16 + 8: one batch fewer
+
+
+def test_in_memory_data_is_used_instead_of_the_dataset(tmp_path):
+    from dataclasses import replace
+
+    from fedwear.data import load_federated
+    from fedwear.errors import FedwearError
+
+    cfg = tiny_config()
+    data = load_federated(cfg.dataset, cfg.seed)
+    loaded = fedwear.run(cfg, tmp_path / "loaded")
+    given = fedwear.run(cfg, tmp_path / "given", data=data)
+    assert read(loaded.out_dir / "metrics.csv") == read(given.out_dir / "metrics.csv")
+    first = data.clients[0]
+    flipped = replace(first, test=replace(first.test, y=(first.test.y + 1) % len(data.class_names)))
+    other = fedwear.run(cfg, tmp_path / "other", data=replace(data, clients=[flipped, *data.clients[1:]]))
+    assert read(other.out_dir / "metrics.csv") != read(loaded.out_dir / "metrics.csv")
+    with pytest.raises(FedwearError, match="in-process engine"):
+        fedwear.run(tiny_config(engine="flower-sim"), tmp_path / "flower", data=data)

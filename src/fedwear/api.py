@@ -57,6 +57,7 @@ def run(
     callbacks: list[Callback] | None = None,
     overwrite: bool = False,
     until: int | None = None,
+    data: FederatedData | None = None,
 ) -> Result:
     """Run one experiment and write its run directory (config.yaml, metrics.csv, summary.json...).
 
@@ -65,17 +66,25 @@ def run(
     :mod:`fedwear.rundir`. ``until``: stop after that round with a checkpoint and no
     summary.json, so the run stays unfinished and ``resume`` continues it (the returned summary
     then holds ``paused_at``).
+
+    ``data``: clients already windowed and split in memory, used instead of loading
+    ``config.dataset`` (whose window, rate and classes must describe them); the run folder
+    records the config only, so resuming needs the same ``data`` again. In-process engines only.
     """
     cfg = as_config(config)
     if cfg.engine == "flower":
         raise FedwearError("engine=flower is a deployment: start it with `fedwear flower serve` (see docs/deployment.md)")
+    if data is not None and cfg.engine == "flower-sim":
+        raise FedwearError("run(data=...) needs an in-process engine (engine: sim or batched): flower-sim's "
+                           "clients load config.dataset themselves")
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
     plan = rundir.plan(cfg, out, resume, overwrite)
     if plan.finished is not None:
         return Result(out, plan.finished)
     prepare_process(cfg.threads)
     # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
-    data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+    if data is None:
+        data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
     method = private(build_method(Task.of(cfg, data)))
     roster = Roster.of(method, data)
     pause = Pause(until) if until is not None else None
