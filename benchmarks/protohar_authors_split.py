@@ -2,6 +2,9 @@
 
     python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
         --method fedavg --seed 0 --out runs/protohar-authors-split/fedavg-s0 [--resume]
+    python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
+        --method fedavg --seed 0 --out runs/protohar-authors-split/fedavg-s0 \
+        --authors-log LOG --ours runs/protohar-table2/fedavg-s0 --write results/protohar_authors_split.md
 
 ``fedwear reproduce protohar:table2`` makes its own 20-shot split of USC-HAD (subjects sorted,
 numpy's Generator), so its clients hold other windows than those of the authors' code, which
@@ -12,7 +15,9 @@ packaged protocol (``protohar_usc_had.yaml``) on the windows of the authors' spl
 ``data/uschad/20k_14b_2p_data/{train,test}/<k>.npz`` were made by its own
 ``data/uschad/uschad_subdata.py``), client k = the authors' user k, through
 ``fedwear.run(data=...)``. Running the authors' ``main.py`` on the same files then compares the
-two implementations on the same data. The files are the authors' pickled dicts
+two implementations on the same data; with ``--authors-log`` (the log of such a run) the script
+runs nothing and writes the three side by side (``--write``): the authors' code and fedwear on
+the authors' split, and fedwear's own run on its split (``--ours``). The files are the authors' pickled dicts
 (``{"x": [N, 1, 512, 6], "y": [N]}``), so they are loaded with ``allow_pickle``: only point this
 at files you made yourself.
 """
@@ -20,6 +25,7 @@ at files you made yourself.
 from __future__ import annotations
 
 import argparse
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -28,9 +34,13 @@ import numpy as np
 import fedwear
 from fedwear.config import load_config
 from fedwear.data.types import ClientData, FederatedData, Windows
+from fedwear.reproduce import paper_table
+from fedwear.reproduce.results import run_numbers
 
 SPLIT = Path("data/uschad/20k_14b_2p_data")
 CLASSES = [f"a{k}" for k in range(1, 13)]  # USC-HAD's 12 activities, the authors' labels 0..11
+#: The authors' ``main.py --algorithm`` names of the methods their code has (runexp.sh).
+ALGORITHM = {"fedavg": "FedAvg", "fedrep": "FedRep", "fedhome": "FedHome", "local": "Local", "protohar": "ProtoHAR"}
 CHANNELS = ["acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z"]
 
 
@@ -54,6 +64,74 @@ def authors_split(authors: Path) -> FederatedData:
                          info={"root": str(root), "split": "the authors' uschad_subdata.py"})
 
 
+def authors_rounds(log: Path) -> dict[int, dict[str, float]]:
+    """Per round of the authors' log: the train-weighted client mean of accuracy, macro-F1 and
+    AUC (``Average Client Accurancy`` etc., what ``rs_glob_acc``/``rs_f1``/``rs_auc`` keep; SPECS A5)."""
+    rounds: dict[int, dict[str, float]] = {}
+    current = None
+    patterns = {"accuracy": r"Average Client Accurancy:\s+([0-9.]+)", "auc": r"Average AUC Accurancy:\s+([0-9.]+)",
+                "macro_f1": r"Average F1-Score Accurancy:\s+([0-9.]+)"}
+    for line in log.read_text().splitlines():
+        m = re.search(r"Round number:\s*(\d+)", line)
+        if m:
+            current = rounds.setdefault(int(m.group(1)), {})
+            continue
+        for key, pattern in patterns.items():
+            m = re.search(pattern, line)
+            if m and current is not None:
+                current[key] = 100 * float(m.group(1))
+    return {r: v for r, v in rounds.items() if len(v) == len(patterns)}
+
+
+def summarise_authors(rounds: dict[int, dict[str, float]]) -> dict:
+    best = max(rounds, key=lambda r: (rounds[r]["accuracy"], -r))
+    last = max(rounds)
+    return {"rounds": last, "best_round": best, "at_best": rounds[best], "final": rounds[last],
+            "own_best": {k: max(v[k] for v in rounds.values()) for k in rounds[best]}}
+
+
+def write_comparison(args: argparse.Namespace) -> None:
+    keys = ("accuracy", "macro_f1", "auc")
+    paper = dict(zip(keys, paper_table("protohar:table2")["rows"][args.method], strict=True))
+    rows = [("the authors' code", "the authors'", summarise_authors(authors_rounds(args.authors_log)))]
+    for label, split, where in (("fedwear", "the authors'", args.out), ("fedwear", "fedwear's", args.ours)):
+        if where is not None:
+            got = run_numbers(load_config(where / "config.yaml"), where)
+            if got is not None:
+                rows.append((label, split, got))
+    head = ("| implementation | split | rounds (evaluated at the start of each) | best round | Acc | F1 | AUC "
+            "| Acc − paper | max F1 | max AUC | final Acc |")
+    lines = [
+        f"# ProtoHAR's Table II, {args.method}: the authors' code and fedwear on the same split",
+        "",
+        "Produced by:",
+        "",
+        "```bash",
+        f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
+        f"--seed {args.seed} --out {args.out}",
+        f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
+        f"--seed {args.seed} --out {args.out} --authors-log {args.authors_log} --ours {args.ours} --write {args.write}",
+        "```",
+        "",
+        f"The authors' log: `main.py --algorithm {ALGORITHM.get(args.method, args.method)} ...` with runexp.sh's flags, `--device -1` (see "
+        "results/bench_protohar_round.md for the clone and the split). Accuracy, F1 and AUC: train-weighted means "
+        "over all 14 clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's "
+        "own maximum over rounds. "
+        f"Paper (Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2): Acc {paper['accuracy']:.2f}, "
+        f"F1 {paper['macro_f1']:.2f}, AUC {paper['auc']:.2f}.",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
+    for label, split, n in rows:
+        a = n["at_best"]
+        lines.append(f"| {label} | {split} | {n['rounds']} | {n['best_round']} | {a['accuracy']:.2f} | "
+                     f"{a['macro_f1']:.2f} | {a['auc']:.2f} | {a['accuracy'] - paper['accuracy']:+.2f} | "
+                     f"{n['own_best']['macro_f1']:.2f} | {n['own_best']['auc']:.2f} | {n['final']['accuracy']:.2f} |")
+    args.write.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--authors", type=Path, required=True, help="the authors' clone, split made")
@@ -62,7 +140,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="default: the protocol's")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--authors-log", type=Path, help="write the comparison from this log of the authors' main.py")
+    ap.add_argument("--ours", type=Path, help="with --authors-log: fedwear's run on its own split")
+    ap.add_argument("--write", type=Path, default=Path("results/protohar_authors_split.md"))
     args = ap.parse_args()
+    if args.authors_log:
+        write_comparison(args)
+        return
     data = authors_split(args.authors)
     config = resources.files("fedwear.reproduce") / "configs" / "protohar_usc_had.yaml"
     overrides = [f"method={args.method}", f"seed={args.seed}", f"dataset.root={args.authors / SPLIT}"]
