@@ -3,8 +3,11 @@
     python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
         --method fedavg --seed 0 --out runs/protohar-authors-split/fedavg-s0 [--resume]
     python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
+        --method fedavg --run-authors runs/protohar-authors-split/authors-fedavg-s0.log
+    python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
         --method fedavg --seed 0 --out runs/protohar-authors-split/fedavg-s0 \
-        --authors-log LOG --ours runs/protohar-table2/fedavg-s0 --write results/protohar_authors_split.md
+        --authors-log runs/protohar-authors-split/authors-fedavg-s0.log \
+        --ours runs/protohar-table2/fedavg-s0 --write results/protohar_authors_split.md
 
 ``fedwear reproduce protohar:table2`` makes its own 20-shot split of USC-HAD (subjects sorted,
 numpy's Generator), so its clients hold other windows than those of the authors' code, which
@@ -15,7 +18,9 @@ packaged protocol (``protohar_usc_had.yaml``) on the windows of the authors' spl
 ``data/uschad/20k_14b_2p_data/{train,test}/<k>.npz`` were made by its own
 ``data/uschad/uschad_subdata.py``), client k = the authors' user k, through
 ``fedwear.run(data=...)``. Running the authors' ``main.py`` on the same files then compares the
-two implementations on the same data; with ``--authors-log`` (the log of such a run) the script
+two implementations on the same data: ``--run-authors LOG`` does that (its ``main.py`` with the
+flags of its runexp.sh, ``--device -1 --nsr``, one thread, seed 0 as its ``--times 1``; the
+modules it imports only to save results, h5py and ujson, stubbed when missing); with ``--authors-log`` (the log of such a run) the script
 runs nothing and writes the three side by side (``--write``): the authors' code and fedwear on
 the authors' split, and fedwear's own run on its split (``--ours``). The files are the authors' pickled dicts
 (``{"x": [N, 1, 512, 6], "y": [N]}``), so they are loaded with ``allow_pickle``: only point this
@@ -25,7 +30,10 @@ at files you made yourself.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -62,6 +70,39 @@ def authors_split(authors: Path) -> FederatedData:
         clients.append(ClientData(str(k), train, test, Windows.empty(512, 6)))
     return FederatedData("usc_had", clients, [], CLASSES, CHANNELS, 100.0, 512,
                          info={"root": str(root), "split": "the authors' uschad_subdata.py"})
+
+
+#: Run the authors' main.py in its folder: one thread, and the modules used only by its result
+#: saving (off with --nsr) stubbed when they are not installed.
+AUTHORS_MAIN = (
+    "import importlib.util, runpy, sys, types, torch\n"
+    "torch.set_num_threads(1)\n"
+    "for name in ('h5py', 'ujson'):\n"
+    "    if importlib.util.find_spec(name) is None:\n"
+    "        sys.modules[name] = types.ModuleType(name)\n"
+    "sys.path.insert(0, '.')\n"
+    "sys.argv = ['main.py', *sys.argv[1:]]\n"
+    "runpy.run_path('main.py', run_name='__main__')\n"
+)
+
+
+def run_authors(authors: Path, method: str, log: Path) -> None:
+    """The authors' ``main.py`` with runexp.sh's USC-HAD flags for ``method``, on the CPU."""
+    if method not in ALGORITHM:
+        raise SystemExit(f"the authors' code has no {method!r}; choose one of {', '.join(ALGORITHM)}")
+    flags = ["--dataset", "uschad", "--algorithm", ALGORITHM[method], "--batch_size", "32",
+             "--num_global_iters", "300", "--local_epochs", "5",
+             "--sampleratio", "1.0" if method == "local" else "0.15",
+             "--lamda", "1.0" if method == "protohar" else "0.1", "--learning_rate", "0.001", "--model", "cnn",
+             "--personal_learning_rate", "0.01", "--times", "1", "--niid", "20k2p", "--total_users", "14",
+             "--device", "-1", "--slog", "--nsr"]
+    if method == "fedhome":
+        flags += ["--fine_epochs", "50"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        subprocess.run([sys.executable, "-c", AUTHORS_MAIN, *flags], cwd=authors, env=env, stdout=out,
+                       stderr=subprocess.STDOUT, check=True)
 
 
 def authors_rounds(log: Path) -> dict[int, dict[str, float]]:
@@ -108,13 +149,17 @@ def write_comparison(args: argparse.Namespace) -> None:
         "",
         "```bash",
         f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
+        f"--run-authors {args.authors_log}",
+        f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
         f"--seed {args.seed} --out {args.out}",
         f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
         f"--seed {args.seed} --out {args.out} --authors-log {args.authors_log} --ours {args.ours} --write {args.write}",
         "```",
         "",
-        f"The authors' log: `main.py --algorithm {ALGORITHM.get(args.method, args.method)} ...` with runexp.sh's flags, `--device -1` (see "
-        "results/bench_protohar_round.md for the clone and the split). Accuracy, F1 and AUC: train-weighted means "
+        f"The authors' code: `main.py --algorithm {ALGORITHM.get(args.method, args.method)}` with runexp.sh's flags, "
+        "`--device -1`, seed 0 (the clone at the commit of results/bench_protohar_round.md, its split made by its own "
+        "script as described there; the clone is not part of this repository). fedwear: the packaged "
+        "`protohar_usc_had.yaml`, as `fedwear reproduce protohar:table2` runs it. Accuracy, F1 and AUC: train-weighted means "
         "over all 14 clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's "
         "own maximum over rounds. "
         f"Paper (Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2): Acc {paper['accuracy']:.2f}, "
@@ -138,15 +183,21 @@ def main() -> None:
     ap.add_argument("--method", default="fedavg")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=None, help="default: the protocol's")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, help="fedwear's run folder on the authors' split")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--run-authors", type=Path, metavar="LOG", help="run the authors' main.py, its log to LOG")
     ap.add_argument("--authors-log", type=Path, help="write the comparison from this log of the authors' main.py")
     ap.add_argument("--ours", type=Path, help="with --authors-log: fedwear's run on its own split")
     ap.add_argument("--write", type=Path, default=Path("results/protohar_authors_split.md"))
     args = ap.parse_args()
+    if args.run_authors:
+        run_authors(args.authors, args.method, args.run_authors)
+        return
     if args.authors_log:
         write_comparison(args)
         return
+    if args.out is None:
+        ap.error("--out is required to run fedwear on the authors' split")
     data = authors_split(args.authors)
     config = resources.files("fedwear.reproduce") / "configs" / "protohar_usc_had.yaml"
     overrides = [f"method={args.method}", f"seed={args.seed}", f"dataset.root={args.authors / SPLIT}"]

@@ -47,7 +47,9 @@ PROTOHAR_DIFFERENCES = (
     "client order: subjects sorted (the code takes os.listdir order, so its partition seed "
     "assigns classes and windows to different clients)",
     "the 20-shot split and the dropped classes are drawn with numpy's Generator, not the code's "
-    "legacy numpy.random state: the same kind of split, not the same windows",
+    "legacy numpy.random state: the same kind of split, not the same windows; the split alone moves "
+    "FedAvg's best accuracy by about 2 points: results/protohar_authors_split.md runs fedwear and the "
+    "authors' code on the authors' own split (benchmarks/protohar_authors_split.py)",
     "gradient clipping covers the parameters being trained; the code's clip_grad_norm_ runs over "
     "all parameters, so in ProtoHAR's and FedRep's head and body steps the frozen part's "
     "gradients left from the other step count towards the norm",
