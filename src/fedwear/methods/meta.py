@@ -55,7 +55,6 @@ def reptile_step(server: Record, replies: list[Record], sigma: float, weighted: 
     return out
 
 
-
 class Reptile(FedAvg):
     """FedAvg whose server takes a Reptile step (:func:`reptile_step`) towards the replies,
     taken in client order; the options give ``sigma`` and ``weighted``."""
@@ -68,6 +67,7 @@ class Reptile(FedAvg):
         reps = [replies[c] for c in sorted(replies)]
         return Record({**server.arrays, **reptile_step(server, reps, self.options.sigma, self.options.weighted)},
                       dict(server.scalars))
+
 
 def own_classes(classes: dict[str, tuple[int, ...]], client: str, y: np.ndarray) -> tuple[int, ...]:
     """A client's own classes: from the task when known there, else its train labels."""
