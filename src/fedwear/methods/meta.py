@@ -111,5 +111,5 @@ def user_predictor(features, arrays: dict[str, np.ndarray], body_key: str | None
     return Predictor(features, head, body_key, key, classes=classes)
 
 
-__all__ = ["CLASSES", "USER", "head_arrays", "local_labels", "own_classes", "pairwise_loss", "reptile_step",
+__all__ = ["CLASSES", "USER", "Reptile", "head_arrays", "local_labels", "own_classes", "pairwise_loss", "reptile_step",
            "user_head", "user_predictor"]
