@@ -282,7 +282,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
                   "centralized": "Central: 10 epochs on the pooled data"},
         notes=notes,
         differences=("batches of 64 (the paper) instead of the code's 256 with drop-last: most users have fewer "
-                     "than 256 train windows", "evaluation every 20 rounds (the code: every 2nd after round 70); "
+                     "than 256 train windows", "evaluation every 50 rounds (the code: every 2nd after round 70); "
                      "the final round is reported", "meta-test users adapt from a fresh head each time (the code's "
                      "user objects keep theirs)"),
         results=f"metahar_{name}.md",
