@@ -5,9 +5,7 @@
     python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
         --method fedavg --run-authors runs/protohar-authors-split/authors-fedavg-s0.log
     python benchmarks/protohar_authors_split.py --authors /tmp/protohar_code \
-        --method fedavg --seed 0 --out runs/protohar-authors-split/fedavg-s0 \
-        --authors-log runs/protohar-authors-split/authors-fedavg-s0.log \
-        --ours runs/protohar-table2/fedavg-s0 --write results/protohar_authors_split.md
+        --runs runs/protohar-authors-split --ours runs/protohar-table2 --write results/protohar_authors_split.md
 
 ``fedwear reproduce protohar:table2`` makes its own 20-shot split of USC-HAD (subjects sorted,
 numpy's Generator), so its clients hold other windows than those of the authors' code, which
@@ -20,9 +18,10 @@ packaged protocol (``protohar_usc_had.yaml``) on the windows of the authors' spl
 ``fedwear.run(data=...)``. Running the authors' ``main.py`` on the same files then compares the
 two implementations on the same data: ``--run-authors LOG`` does that (its ``main.py`` with the
 flags of its runexp.sh, ``--device -1 --nsr``, one thread, seed 0 as its ``--times 1``; the
-modules it imports only to save results, h5py and ujson, stubbed when missing); with ``--authors-log`` (the log of such a run) the script
-runs nothing and writes the three side by side (``--write``): the authors' code and fedwear on
-the authors' split, and fedwear's own run on its split (``--ours``). The files are the authors' pickled dicts
+modules it imports only to save results, h5py and ujson, stubbed when missing). With ``--runs``
+the script runs nothing and writes, per method run there, the three side by side (``--write``):
+the authors' code and fedwear on the authors' split, and fedwear's own run on its split
+(``--ours``). The files are the authors' pickled dicts
 (``{"x": [N, 1, 512, 6], "y": [N]}``), so they are loaded with ``allow_pickle``: only point this
 at files you made yourself.
 """
@@ -132,47 +131,55 @@ def summarise_authors(rounds: dict[int, dict[str, float]]) -> dict:
 
 
 def write_comparison(args: argparse.Namespace) -> None:
+    """One table per method that has a fedwear run on the authors' split in ``--runs``: the
+    authors' code (when ``authors-<method>-s<seed>.log`` is there), fedwear on the authors' split
+    and fedwear on its own split (``--ours``), next to the paper."""
     keys = ("accuracy", "macro_f1", "auc")
-    paper = dict(zip(keys, paper_table("protohar:table2")["rows"][args.method], strict=True))
-    rows = [("the authors' code", "the authors'", summarise_authors(authors_rounds(args.authors_log)))]
-    for label, split, where in (("fedwear", "the authors'", args.out), ("fedwear", "fedwear's", args.ours)):
-        if where is not None:
-            got = run_numbers(load_config(where / "config.yaml"), where)
-            if got is not None:
-                rows.append((label, split, got))
-    head = ("| implementation | split | rounds (evaluated at the start of each) | best round | Acc | F1 | AUC "
-            "| Acc − paper | max F1 | max AUC | final Acc |")
+    paper_rows = paper_table("protohar:table2")["rows"]
+    script = f"python benchmarks/protohar_authors_split.py --authors {args.authors}"
     lines = [
-        f"# ProtoHAR's Table II, {args.method}: the authors' code and fedwear on the same split",
+        "# ProtoHAR's Table II: the authors' code and fedwear on the same split",
         "",
-        "Produced by:",
+        "The authors' code: `main.py --algorithm <method>` with runexp.sh's flags, `--device -1`, seed 0 (the clone at "
+        "the commit of results/bench_protohar_round.md, its split made by its own script as described there; the clone "
+        "is not part of this repository). fedwear: the packaged `protohar_usc_had.yaml`, as `fedwear reproduce "
+        "protohar:table2` runs it (SOLO: 60 rounds, as there). Accuracy, F1 and AUC: train-weighted means over all 14 "
+        "clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's own maximum over "
+        "rounds. Paper: Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2.",
+        "",
+        "Produced by (per method M; `--run-authors` only for the methods the authors' code has: "
+        f"{', '.join(ALGORITHM)}):",
         "",
         "```bash",
-        f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
-        f"--run-authors {args.authors_log}",
-        f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
-        f"--seed {args.seed} --out {args.out}",
-        f"python benchmarks/protohar_authors_split.py --authors {args.authors} --method {args.method} "
-        f"--seed {args.seed} --out {args.out} --authors-log {args.authors_log} --ours {args.ours} --write {args.write}",
+        f"{script} --method M --run-authors {args.runs}/authors-M-s{args.seed}.log",
+        f"{script} --method M --seed {args.seed} --out {args.runs}/M-s{args.seed}",
+        f"{script} --seed {args.seed} --runs {args.runs} --ours {args.ours} --write {args.write}",
         "```",
-        "",
-        f"The authors' code: `main.py --algorithm {ALGORITHM.get(args.method, args.method)}` with runexp.sh's flags, "
-        "`--device -1`, seed 0 (the clone at the commit of results/bench_protohar_round.md, its split made by its own "
-        "script as described there; the clone is not part of this repository). fedwear: the packaged "
-        "`protohar_usc_had.yaml`, as `fedwear reproduce protohar:table2` runs it. Accuracy, F1 and AUC: train-weighted means "
-        "over all 14 clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's "
-        "own maximum over rounds. "
-        f"Paper (Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2): Acc {paper['accuracy']:.2f}, "
-        f"F1 {paper['macro_f1']:.2f}, AUC {paper['auc']:.2f}.",
-        "",
-        head,
-        "|" + "---|" * (head.count("|") - 1),
     ]
-    for label, split, n in rows:
-        a = n["at_best"]
-        lines.append(f"| {label} | {split} | {n['rounds']} | {n['best_round']} | {a['accuracy']:.2f} | "
-                     f"{a['macro_f1']:.2f} | {a['auc']:.2f} | {a['accuracy'] - paper['accuracy']:+.2f} | "
-                     f"{n['own_best']['macro_f1']:.2f} | {n['own_best']['auc']:.2f} | {n['final']['accuracy']:.2f} |")
+    methods = [m for m in paper_rows if (args.runs / f"{m}-s{args.seed}" / "config.yaml").exists()]
+    if not methods:
+        raise SystemExit(f"no {args.runs}/<method>-s{args.seed}: run fedwear on the authors' split first (--out)")
+    head = ("| implementation | split | rounds (evaluated at the start of each) | best round | Acc | F1 | AUC "
+            "| Acc − paper | max F1 | max AUC | final Acc |")
+    for method in methods:
+        paper = dict(zip(keys, paper_rows[method], strict=True))
+        rows = []
+        log = args.runs / f"authors-{method}-s{args.seed}.log"
+        if log.exists():
+            rows.append(("the authors' code", "the authors'", summarise_authors(authors_rounds(log))))
+        for label, split, where in (("fedwear", "the authors'", args.runs / f"{method}-s{args.seed}"),
+                                    ("fedwear", "fedwear's", args.ours / f"{method}-s{args.seed}")):
+            got = run_numbers(load_config(where / "config.yaml"), where) if (where / "config.yaml").exists() else None
+            if got is not None:
+                rows.append((label, split, got))
+        lines += ["", f"## {method}", "",
+                  f"Paper: Acc {paper['accuracy']:.2f}, F1 {paper['macro_f1']:.2f}, AUC {paper['auc']:.2f}.", "",
+                  head, "|" + "---|" * (head.count("|") - 1)]
+        for label, split, n in rows:
+            a = n["at_best"]
+            lines.append(f"| {label} | {split} | {n['rounds']} | {n['best_round']} | {a['accuracy']:.2f} | "
+                         f"{a['macro_f1']:.2f} | {a['auc']:.2f} | {a['accuracy'] - paper['accuracy']:+.2f} | "
+                         f"{n['own_best']['macro_f1']:.2f} | {n['own_best']['auc']:.2f} | {n['final']['accuracy']:.2f} |")
     args.write.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -186,14 +193,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="fedwear's run folder on the authors' split")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--run-authors", type=Path, metavar="LOG", help="run the authors' main.py, its log to LOG")
-    ap.add_argument("--authors-log", type=Path, help="write the comparison from this log of the authors' main.py")
-    ap.add_argument("--ours", type=Path, help="with --authors-log: fedwear's run on its own split")
+    ap.add_argument("--runs", type=Path, help="write the comparison of every <method>-s<seed> run in this folder "
+                    "(and authors-<method>-s<seed>.log beside it)")
+    ap.add_argument("--ours", type=Path, default=Path("runs/protohar-table2"), help="with --runs: fedwear's runs on its own split")
     ap.add_argument("--write", type=Path, default=Path("results/protohar_authors_split.md"))
     args = ap.parse_args()
     if args.run_authors:
         run_authors(args.authors, args.method, args.run_authors)
         return
-    if args.authors_log:
+    if args.runs:
         write_comparison(args)
         return
     if args.out is None:
