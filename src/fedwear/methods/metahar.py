@@ -47,7 +47,7 @@ from fedwear.methods.meta import (
     user_head,
     user_predictor,
 )
-from fedwear.methods.training import LocalOptimizer, model_arrays
+from fedwear.methods.training import LocalOptimizer, make_optimizer, model_arrays
 from fedwear.seeding import derive_seed
 
 
@@ -125,7 +125,7 @@ class MetaHAR(Reptile):
                     kept.update(opt.state_arrays())
             head = user_head(self.dim, classes, kept, derive_seed(seed, "head"))
             params = list(head.parameters()) + ([] if o.finetune == "separated" else list(model.body.parameters()))
-            adam = torch.optim.Adam(params, lr=o.head_lr, weight_decay=o.head_weight_decay)
+            adam = make_optimizer(params, "adam", o.head_lr, 0.0, o.head_weight_decay)
             self.train(model, LocalOptimizer("stage2", adam), data, derive_seed(seed, "ce", n), epochs=epochs,
                        x=x, y=local_y, loss_fn=lambda m, xb, yb, h=head: F.cross_entropy(h(m.features(xb)), yb))
             kept.update(head_arrays(head, classes))
