@@ -15,7 +15,8 @@ from fedwear.data import load_federated
 from fedwear.methods import Record, Task, build_method
 from fedwear.methods.api import Selection
 from fedwear.methods.pcfedh import CATEGORISE, MODULE1, PROTO, SOFT
-from fedwear.methods.soft_clustering import V, soft_proximal
+from fedwear.methods.proximal import Proximal
+from fedwear.methods.soft_clustering import V
 from tests.helpers import tiny_regression_config
 
 OPTIONS = {"pcl_rounds": 1, "clusters": 2, "per_cluster": 2, "encoder_epochs": 1, "crop_margin": 4}
@@ -32,7 +33,10 @@ def test_proximal_gradient_is_the_weighted_pull() -> None:
     w = [torch.randn(3, 2, requires_grad=True), torch.randn(4, requires_grad=True)]
     centres = [[torch.randn(3, 2), torch.randn(4)] for _ in range(3)]
     u = np.array([0.5, 0.3, 0.2])
-    soft_proximal(w, centres, u, lam=0.1).backward()
+    value = Proximal(w, centres, u, lam=0.1)()
+    value.backward()
+    expected_value = 0.05 * sum(u[k] * sum(((p - c) ** 2).sum() for p, c in zip(w, centres[k], strict=True)) for k in range(3))
+    torch.testing.assert_close(value, expected_value.detach().float())
     for i, p in enumerate(w):
         expected = 0.1 * sum(u[k] * (p.detach() - centres[k][i]) for k in range(3))
         torch.testing.assert_close(p.grad, expected)

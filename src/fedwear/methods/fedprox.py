@@ -6,6 +6,7 @@ from pydantic import Field
 
 from fedwear.methods.api import Options
 from fedwear.methods.fedavg import FedAvg
+from fedwear.methods.proximal import Proximal
 
 
 class FedProxOptions(Options):
@@ -22,11 +23,11 @@ class FedProx(FedAvg):
     Options = FedProxOptions
 
     def begin_fit(self, model, down, state):
-        self.anchor = [(p, p.detach().clone()) for p in model.parameters() if p.requires_grad]
+        trained = [p for p in model.parameters() if p.requires_grad]
+        self.proximal = Proximal(trained, [[p.detach().clone() for p in trained]], [1.0], self.options.mu)
 
     def loss(self, model, x, y):
-        prox = sum(((p - g) ** 2).sum() for p, g in self.anchor)
-        return super().loss(model, x, y) + 0.5 * self.options.mu * prox
+        return super().loss(model, x, y) + self.proximal()
 
 
 __all__ = ["FedProx"]

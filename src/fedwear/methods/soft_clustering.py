@@ -22,6 +22,7 @@ from fedwear.data.types import ClientData
 from fedwear.methods import clustering
 from fedwear.methods.api import Options, Plan, Record, Selection, Task
 from fedwear.methods.fedavg import PARTS, FedAvg
+from fedwear.methods.proximal import Proximal
 from fedwear.methods.training import load_arrays, model_arrays
 from fedwear.models import build_model
 from fedwear.seeding import derive_seed
@@ -34,15 +35,6 @@ class SoftClusterOptions(Options):
     per_cluster: int = Field(5, ge=1, description="M, clients drawn per cluster and round (PCFedH's code: 5 / 20)")
     reg_weight: float = Field(1e-3, ge=0, description="lambda of the proximal term (PCFedH's code: 1e-3)")
     smoother: float = Field(1e-4, ge=0, description="u_ik of a cluster with none of the client's windows (PCFedH's code: 1e-4)")
-
-
-def soft_proximal(params: list[torch.Tensor], centres: list[list[torch.Tensor]], u: np.ndarray,
-                  lam: float) -> torch.Tensor:
-    """``(lam / 2) sum_k u_k ||w - w_k||^2`` over all parameters (PCFedH Eq. 12); its gradient is
-    ``lam sum_k u_k (w - w_k)``."""
-    total = sum(float(u[k]) * sum(((p - c) ** 2).sum() for p, c in zip(params, centres[k], strict=True))
-                for k in range(len(centres)))
-    return 0.5 * lam * total
 
 
 def cluster_initial(task: Task, k: int) -> list[dict[str, np.ndarray]]:
@@ -124,18 +116,18 @@ class SoftClustered(ClusterModels):
     def fit_soft(self, down: Record, state: Record, data: ClientData, seed: int, lam: float,
                  start: dict[str, np.ndarray] | None = None) -> tuple[Record, Record]:
         """One drawn client: its persistent model (or ``start``) trained on the task's loss plus
-        :func:`soft_proximal` towards the cluster models in ``down``."""
+        :class:`~fedwear.methods.proximal.Proximal` towards the cluster models in ``down``."""
         model = self.load(Record(), state)
         if start is not None:
             load_arrays(model, start)
         u = state.arrays[U]
-        params = list(model.parameters())
         centres = [[torch.from_numpy(down.arrays[CLUSTER.format(k) + n]) for n, _ in model.named_parameters()]
                    for k in range(len(self.cluster_initial))]
+        proximal = Proximal(list(model.parameters()), centres, u, lam)
 
         def loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             out = self.criterion(m(x), y)
-            return out + soft_proximal(params, centres, u, lam) if lam else out
+            return out + proximal() if lam else out
 
         opt = self.optimizer(model, PARTS, state)
         value = self.train(model, opt, data, seed, loss_fn=loss)
@@ -149,4 +141,4 @@ class SoftClustered(ClusterModels):
         return self.predictor(self.load(Record(), state))
 
 
-__all__ = ["ClusterModels", "SoftClusterOptions", "SoftClustered", "cluster_initial", "importance", "soft_proximal"]
+__all__ = ["ClusterModels", "SoftClusterOptions", "SoftClustered", "cluster_initial", "importance"]

@@ -44,7 +44,7 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """torch's optimiser ``name``; Adam and AdamW use torch's fused kernel, which updates all
     parameters in one pass: 3-7x less CPU per step than the per-parameter loop on fedwear's
-    models (``benchmarks/optimizer_step.py``), the same update up to float rounding."""
+    models (``benchmarks/step_overheads.py``), the same update up to float rounding."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     if name == "adam":
