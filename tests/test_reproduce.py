@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -67,6 +69,17 @@ def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):
     fedavg = next(line for line in text.splitlines() if line.startswith("| fedavg |"))
     assert "2/3" in fedavg
     assert "| local |" in text and "not run" in text.split("| local |")[1].splitlines()[0]
+
+
+def test_findings_on_flagged_rows_are_listed_once_for_the_methods_that_ran(table, tmp_path):
+    runs = rp.plan(table, tmp_path / "runs", root=None)
+    from fedwear.compare import run_one
+
+    run_one(*runs[1][1:], False, True)  # fedavg seed 0 only; local not run
+    exp = replace(table, flagged={"fedavg": "the split", "local": "the split", "fedprox": "not in this table"})
+    text = write_results(exp, runs, tmp_path / "r.md", "cmd", tmp_path / "runs")
+    bullets = [line for line in text.splitlines() if line.startswith("- **")]
+    assert bullets == ["- **fedavg**: the split."]
 
 
 def test_unknown_table_is_one_line(table):

@@ -35,6 +35,7 @@ class Experiment:
     run_first: tuple[str, ...] = ()  # methods whose runs start first (seed by seed)
     notes: str = ""
     differences: tuple[str, ...] = ()  # known differences from the authors' run, listed in the results
+    flagged: dict[str, str] = field(default_factory=dict)  # method -> what the investigation of its ⚠ found
     results: str = "results.md"
     writer: str = "table"  # table: ProtoHAR's shape (or forecasting's); views: FedAli's Pers. / Gen. / Global
     folder: str | None = None  # run folder under runs/ (default: from the key); tables sharing runs share one
@@ -56,6 +57,29 @@ PROTOHAR_DIFFERENCES = (
     "rows from fedavg-s0 and protohar-s0 were evaluated before the global model's test logits "
     "came from one pass over the pooled test set: equal up to float rounding",
 )
+#: What the investigation of each flagged (|Δ| > 2) row of protohar:table2 found.
+PROTOHAR_GLOBAL_MODEL_GAP = (
+    "the split, not the method: on the authors' own split (their uschad_subdata.py), fedwear's FedAvg reaches "
+    "70.30 against the paper's 70.81, and the authors' code itself 68.77 on that split on this CPU "
+    "(results/protohar_authors_split.md); FedAvg, FedProx and MOON train the same model the same way and "
+    "land within 0.2 of each other here, as they do within 0.5 in the paper"
+)
+PROTOHAR_FLAGGED = {
+    "fedavg": PROTOHAR_GLOBAL_MODEL_GAP,
+    "fedprox": PROTOHAR_GLOBAL_MODEL_GAP,
+    "moon": PROTOHAR_GLOBAL_MODEL_GAP,
+    "fedproto": (
+        "accuracy and F1 are within 1.4 points, AUC 2.2 below; FedProto is not in ProtoHAR's code, so "
+        "whether its AUC scored the local classifier's logits (as here) or distances to the prototypes is "
+        "not known"
+    ),
+    "scaffold": (
+        "accuracy and F1 are within 1.6 points; the paper's AUC of 85.00 sits 5.6 points under its FedAvg's "
+        "at a similar accuracy, which no other row of its table shows, while here SCAFFOLD's AUC follows its "
+        "accuracy as every method's does; SCAFFOLD is not in ProtoHAR's code, so the paper's figure cannot "
+        "be traced"
+    ),
+}
 PROTOHAR_VARIANTS = {
     "local": "ProtoHAR's code (SOLO), 60 rounds = 300 epochs per client (the code: 300 rounds)",
     "fedavg": "ProtoHAR's code",
@@ -137,6 +161,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
             "rounds would cost ~10 CPU-hours each here"
         ),
         differences=PROTOHAR_DIFFERENCES,
+        flagged=PROTOHAR_FLAGGED,
         results="protohar_uschad.md",
     ),
     Experiment(

@@ -159,6 +159,13 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
             speed += " (wall s)"
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | " + " | ".join(cells)
                      + f" | {best} | {speed} |")
+    flagged: dict[str, list[str]] = {}  # one bullet per finding, naming every method it explains
+    for m in exp.methods:
+        if m in exp.flagged and by_method.get(m):
+            flagged.setdefault(exp.flagged[m], []).append(m)
+    if flagged:
+        lines += ["", "Rows flagged ⚠, investigated:", ""]
+        lines += [f"- **{', '.join(methods)}**: {finding}." for finding, methods in flagged.items()]
     lines += ["", "Each metric at its own best round (the maximum over rounds of each metric separately, "
               "as the code's `ResultLogging.average_data` would report):", "",
               "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]
