@@ -50,10 +50,14 @@ def test_reproduce_writes_ours_next_to_the_paper_and_resumes(table, tmp_path):
     assert "2/2" in local
     assert "Target: fedavg's best accuracy" in text
 
+    assert f"Produced by `fedwear reproduce tiny:t --out {out} --results {results}`" in text
+
     first = (out / "fedavg-s0" / "metrics.csv").read_bytes()
     again = CliRunner().invoke(app, args)  # finished runs are reused, not re-run
     assert again.exit_code == 0 and "3 runs" in again.output
     assert (out / "fedavg-s0" / "metrics.csv").read_bytes() == first
+    rewritten = CliRunner().invoke(app, [*args, "--report-only"])  # states the command that made the runs
+    assert rewritten.exit_code == 0 and results.read_text() == text
 
 
 def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):

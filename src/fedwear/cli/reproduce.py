@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +10,20 @@ import typer
 
 from fedwear.cli.common import SetOpt, console_logging, fail, int_list
 from fedwear.errors import FedwearError
+
+
+def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out: Path | None,
+                results: Path | None, sets: list[str] | None, until: int | None) -> str:
+    """The command that makes a table's runs, as its results file states it (``--report-only``
+    and ``--quiet`` change nothing in the runs, so they are left out)."""
+    args = [table]
+    for flag, value in (("--root", root), ("--seeds", seeds), ("--jobs", jobs if jobs > 1 else None), ("--out", out),
+                        ("--results", results), ("--until", until)):
+        if value is not None:
+            args += [flag, str(value)]
+    for item in sets or []:
+        args += ["--set", item]
+    return "fedwear reproduce " + " ".join(shlex.quote(a) for a in args)
 
 
 def reproduce(
@@ -43,7 +56,7 @@ def reproduce(
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
-        command = "fedwear reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        command = run_command(table, root, seeds, jobs, out, results, set_, until)
         target = results or Path("results") / exp.results
         if not report_only:
             typer.echo(f"{len(runs)} runs into {folder} (finished ones are reused, others resume)", err=True)
