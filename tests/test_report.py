@@ -244,7 +244,6 @@ def test_not_a_run_dir(tmp_path):
     ("metrics.csv", "", "metrics.csv is not a readable CSV"),
     ("rounds.csv", "round,n_clients\n1,3\n", "rounds.csv lacks the column(s) bytes_down"),
     ("summary.json", "{not json", "summary.json is not readable JSON"),
-    ("summary.json", None, "summary.json is missing"),
 ])
 def test_broken_run_dir(run_dir, tmp_path, name, content, needle):
     run = tmp_path / "run"
@@ -255,6 +254,21 @@ def test_broken_run_dir(run_dir, tmp_path, name, content, needle):
         (run / name).write_text(content)
     code, _, err = report(run)
     one_line_error(code, err, str(run / name), needle)
+
+
+def test_unfinished_run_is_reported_as_far_as_it_got(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report"))
+    (run / "summary.json").unlink()
+    for name in ("metrics.csv", "rounds.csv", "timing.csv"):  # stopped after round 2 of 3
+        frame = pd.read_csv(run / name)
+        frame[frame["round"] <= 2].to_csv(run / name, index=False)
+    code, _, err = report(run)
+    assert code == 0, err
+    page = (run / "report" / "index.html").read_text()
+    assert "unfinished: round 2 of 3" in page and "no summary.json: the run is unfinished" in page
+    (run / "config.yaml").unlink()  # nothing to rebuild the summary from
+    one_line_error(*report(run)[::2], str(run / "summary.json"), "summary.json is missing")
 
 
 def test_broken_run_in_comparison(compare_dir, tmp_path):

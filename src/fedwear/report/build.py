@@ -67,6 +67,9 @@ def _comparison_tables(cmp: Comparison) -> str:
     for select in ("final", "best"):
         parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select)}"
                      f'<div class="caption">{html.comparison_caption(select, groups)}</div>')
+    unfinished = [run.label for run in cmp.all_runs if run.unfinished]
+    if unfinished:
+        parts.append(f'<p class="caption">Read as far as they got (no summary.json yet): {escape("; ".join(unfinished))}.</p>')
     parts.append("<h3>Each run</h3>")
     for run in cmp.all_runs:
         parts.append(f"<details><summary>{escape(run.label)} ({escape(run.path.name)})</summary>"

@@ -116,7 +116,9 @@ def _row(view: str, metric: str, cells: list[str], first: bool) -> str:
 
 def run_table_caption(run: Run) -> str:
     rule = run.summary.get("best_rule", "see summary.json")
-    return (f"Test split, from summary.json. <b>weighted mean</b>: {weighted([run])}; <b>mean ± std</b>: "
+    source = ("from the CSV files written so far (no summary.json: the run is unfinished)" if run.unfinished
+              else "from summary.json")
+    return (f"Test split, {source}. <b>weighted mean</b>: {weighted([run])}; <b>mean ± std</b>: "
             "unweighted mean over clients ± population std over clients (ddof=0). "
             f"Best round: {escape(rule)}. {units_note(run.metric_names)}.")
 

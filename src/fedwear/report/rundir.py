@@ -14,8 +14,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from fedwear.errors import FedwearError
-from fedwear.summary import aggregate_metrics, metric_columns
+from fedwear.config import load_config
+from fedwear.errors import ConfigError, FedwearError
+from fedwear.summary import aggregate_metrics, build_summary, metric_columns
+from fedwear.version import __version__
 
 REQUIRED = {
     "metrics.csv": ["round", "client", "view", "split", "n"],
@@ -50,8 +52,16 @@ class Run:
         return seed if seed is not None else "?"
 
     @property
+    def unfinished(self) -> bool:
+        """No summary.json yet: the summary was built from the CSV files written so far."""
+        return bool(self.summary.get("unfinished"))
+
+    @property
     def label(self) -> str:
-        return f"{self.method} seed {self.seed}"
+        label = f"{self.method} seed {self.seed}"
+        if self.unfinished:
+            label += f" (unfinished: round {self.summary['rounds_run']} of {self.summary['rounds_planned']})"
+        return label
 
     @cached_property
     def metric_names(self) -> list[str]:
@@ -121,8 +131,11 @@ def load(path: Path) -> Run | Comparison:
 
 
 def load_run(path: Path) -> Run:
-    """Read and check one run directory."""
-    summary = _read_summary(path / "summary.json")
+    """Read and check one run directory. A run still going (or stopped before its end: no
+    summary.json, but its config.yaml) is read as far as it got, its summary built from the
+    CSV files as ``fedwear run`` builds it at the end, marked ``unfinished``."""
+    unfinished = not (path / "summary.json").is_file() and (path / "config.yaml").is_file()
+    summary = {} if unfinished else _read_summary(path / "summary.json")
     frames = {name: _read_csv(path / name, cols) for name, cols in REQUIRED.items()}
     metrics = frames["metrics.csv"]
     if not metric_columns(metrics):
@@ -131,8 +144,20 @@ def load_run(path: Path) -> Run:
     if not (metrics["split"] == "test").any():
         raise FedwearError(f"{path / 'metrics.csv'}: no rows on the test split; "
                            "rerun the experiment with `fedwear run`")
+    if unfinished:
+        summary = _provisional_summary(path, metrics, frames["rounds.csv"], frames["timing.csv"])
     return Run(path, _read_config(path / "config.yaml"), summary, metrics,
                frames["rounds.csv"], frames["timing.csv"])
+
+
+def _provisional_summary(path: Path, metrics: pd.DataFrame, rounds: pd.DataFrame, timing: pd.DataFrame) -> dict:
+    try:
+        cfg = load_config(path / "config.yaml")
+    except ConfigError as e:
+        raise FedwearError(f"{path / 'summary.json'} is missing (the run did not finish) and {e}") from None
+    summary = build_summary(cfg, metrics, rounds, float(timing["wall_s"].sum()), __version__)
+    return {**summary, "seed": cfg.seed, "unfinished": True,
+            "rounds_run": int(rounds["round"].max()) if len(rounds) else 0, "rounds_planned": cfg.rounds}
 
 
 def load_comparison(path: Path, subdirs: list[Path]) -> Comparison:
