@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import fedwear
 from fedwear import reproduce as rp
 from fedwear.cli import app
 from fedwear.config import dump_config
@@ -58,6 +59,19 @@ def test_reproduce_writes_ours_next_to_the_paper_and_resumes(table, tmp_path):
     assert (out / "fedavg-s0" / "metrics.csv").read_bytes() == first
     rewritten = CliRunner().invoke(app, [*args, "--report-only"])  # states the command that made the runs
     assert rewritten.exit_code == 0 and results.read_text() == text
+
+
+def test_list_shows_how_far_each_table_got(table, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default run folder, runs/tiny-t, is relative
+    listed = CliRunner().invoke(app, ["reproduce", "--list"])
+    assert listed.exit_code == 0 and "Tiny (2 methods)" in listed.output  # not started: no status
+    runs = rp.plan(table, rp.default_out(table), root=None)
+    from fedwear.compare import run_one
+
+    run_one(*runs[0][1:], False, True)  # local, 2 rounds: finished
+    fedwear.run(runs[1][1], runs[1][2], quiet=True, until=1)  # fedavg seed 0: stopped after round 1 of 3
+    listed = CliRunner().invoke(app, ["reproduce", "--list"])
+    assert "runs/tiny-t: 1/3 runs finished, 3/8 rounds" in listed.output, listed.output
 
 
 def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):

@@ -47,9 +47,13 @@ def reproduce(
     from fedwear.reproduce.results import write_results
 
     if list_ or table is None:
+        from fedwear.reproduce.run_files import table_progress
+
         width = max(map(len, rp.EXPERIMENTS))
         for key, exp in rp.EXPERIMENTS.items():
-            typer.echo(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods)")
+            folder = rp.default_out(exp)
+            status = f"; {folder}: {table_progress(rp.plan(exp, folder, None))}" if folder.is_dir() else ""
+            typer.echo(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods{status})")
         return
     console_logging(quiet)
     try:

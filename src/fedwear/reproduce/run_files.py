@@ -30,3 +30,18 @@ def total_cpu_s(where: Path) -> float:
     """The run's CPU seconds over all rounds (NaN for runs begun before timing.csv had cpu_s)."""
     t = timing(where)
     return float(t["cpu_s"].sum()) if len(t) and "cpu_s" in t else float("nan")
+
+
+def rounds_done(where: Path) -> int:
+    """The last round a run folder's ``timing.csv`` records (0 when it has not started)."""
+    t = timing(where)
+    return int(t["round"].max()) if len(t) else 0
+
+
+def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
+    """How far a table's runs got: finished runs, and rounds done out of all rounds planned."""
+    finished = sum((where / "summary.json").exists() for _, _, where in runs)
+    done = sum(cfg.rounds if (where / "summary.json").exists() else rounds_done(where) for _, cfg, where in runs)
+    planned = sum(cfg.rounds for _, cfg, _ in runs)
+    return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
+
