@@ -85,12 +85,13 @@ AUTHORS_MAIN = (
 )
 
 
-def run_authors(authors: Path, method: str, log: Path) -> None:
-    """The authors' ``main.py`` with runexp.sh's USC-HAD flags for ``method``, on the CPU."""
+def run_authors(authors: Path, method: str, log: Path, rounds: int | None = None) -> None:
+    """The authors' ``main.py`` with runexp.sh's USC-HAD flags for ``method``, on the CPU
+    (``rounds``: ``--num_global_iters``, runexp.sh's 300 by default)."""
     if method not in ALGORITHM:
         raise SystemExit(f"the authors' code has no {method!r}; choose one of {', '.join(ALGORITHM)}")
     flags = ["--dataset", "uschad", "--algorithm", ALGORITHM[method], "--batch_size", "32",
-             "--num_global_iters", "300", "--local_epochs", "5",
+             "--num_global_iters", str(rounds or 300), "--local_epochs", "5",
              "--sampleratio", "1.0" if method == "local" else "0.15",
              "--lamda", "1.0" if method == "protohar" else "0.1", "--learning_rate", "0.001", "--model", "cnn",
              "--personal_learning_rate", "0.01", "--times", "1", "--niid", "20k2p", "--total_users", "14",
@@ -199,7 +200,7 @@ def main() -> None:
     ap.add_argument("--write", type=Path, default=Path("results/protohar_authors_split.md"))
     args = ap.parse_args()
     if args.run_authors:
-        run_authors(args.authors, args.method, args.run_authors)
+        run_authors(args.authors, args.method, args.run_authors, args.rounds)
         return
     if args.runs:
         write_comparison(args)
