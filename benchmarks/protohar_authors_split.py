@@ -144,12 +144,13 @@ def write_comparison(args: argparse.Namespace) -> None:
         "The authors' code: `main.py --algorithm <method>` with runexp.sh's flags, `--device -1`, seed 0 (the clone at "
         "the commit of results/bench_protohar_round.md, its split made by its own script as described there; the clone "
         "is not part of this repository). fedwear: the packaged `protohar_usc_had.yaml`, as `fedwear reproduce "
-        "protohar:table2` runs it (SOLO: 60 rounds, as there). Accuracy, F1 and AUC: train-weighted means over all 14 "
+        "protohar:table2` runs it. SOLO (local) runs 60 rounds on both sides, as that table does (`--rounds 60`; "
+        "runexp.sh: 300). Accuracy, F1 and AUC: train-weighted means over all 14 "
         "clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's own maximum over "
         "rounds. Paper: Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2.",
         "",
-        "Produced by (per method M; `--run-authors` only for the methods the authors' code has: "
-        f"{', '.join(ALGORITHM)}):",
+        "Produced by (per method M, with `--rounds 60` for local; `--run-authors` only for the methods the "
+        f"authors' code has: {', '.join(ALGORITHM)}):",
         "",
         "```bash",
         f"{script} --method M --run-authors {args.runs}/authors-M-s{args.seed}.log",
