@@ -145,7 +145,8 @@ def write_comparison(args: argparse.Namespace) -> None:
         "the commit of results/bench_protohar_round.md, its split made by its own script as described there; the clone "
         "is not part of this repository). fedwear: the packaged `protohar_usc_had.yaml`, as `fedwear reproduce "
         "protohar:table2` runs it. SOLO (local) runs 60 rounds on both sides, as that table does (`--rounds 60`; "
-        "runexp.sh: 300). Accuracy, F1 and AUC: train-weighted means over all 14 "
+        "runexp.sh: 300). Every round is evaluated at its start (round 0: untrained), except in the authors' SOLO, "
+        "which evaluates after each round's training. Accuracy, F1 and AUC: train-weighted means over all 14 "
         "clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's own maximum over "
         "rounds. Paper: Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2.",
         "",
@@ -161,7 +162,7 @@ def write_comparison(args: argparse.Namespace) -> None:
     methods = [m for m in paper_rows if (args.runs / f"{m}-s{args.seed}" / "config.yaml").exists()]
     if not methods:
         raise SystemExit(f"no {args.runs}/<method>-s{args.seed}: run fedwear on the authors' split first (--out)")
-    head = ("| implementation | split | rounds (evaluated at the start of each) | best round | Acc | F1 | AUC "
+    head = ("| implementation | split | rounds run | best round | Acc | F1 | AUC "
             "| Acc − paper | max F1 | max AUC | final Acc |")
     for method in methods:
         paper = dict(zip(keys, paper_rows[method], strict=True))
