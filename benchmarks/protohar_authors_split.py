@@ -127,7 +127,7 @@ def authors_rounds(log: Path) -> dict[int, dict[str, float]]:
 def summarise_authors(rounds: dict[int, dict[str, float]]) -> dict:
     best = max(rounds, key=lambda r: (rounds[r]["accuracy"], -r))
     last = max(rounds)
-    return {"rounds": last, "best_round": best, "at_best": rounds[best], "final": rounds[last],
+    return {"rounds": last + 1, "best_round": best,  # its rounds count from 0 "at_best": rounds[best], "final": rounds[last],
             "own_best": {k: max(v[k] for v in rounds.values()) for k in rounds[best]}}
 
 
@@ -168,8 +168,9 @@ def write_comparison(args: argparse.Namespace) -> None:
         paper = dict(zip(keys, paper_rows[method], strict=True))
         rows = []
         log = args.runs / f"authors-{method}-s{args.seed}.log"
-        if log.exists():
-            rows.append(("the authors' code", "the authors'", summarise_authors(authors_rounds(log))))
+        evaluated = authors_rounds(log) if log.exists() else {}
+        if evaluated:  # a run still starting has none yet
+            rows.append(("the authors' code", "the authors'", summarise_authors(evaluated)))
         for label, split, where in (("fedwear", "the authors'", args.runs / f"{method}-s{args.seed}"),
                                     ("fedwear", "fedwear's", args.ours / f"{method}-s{args.seed}")):
             got = run_numbers(load_config(where / "config.yaml"), where) if (where / "config.yaml").exists() else None
