@@ -127,7 +127,8 @@ def authors_rounds(log: Path) -> dict[int, dict[str, float]]:
 def summarise_authors(rounds: dict[int, dict[str, float]]) -> dict:
     best = max(rounds, key=lambda r: (rounds[r]["accuracy"], -r))
     last = max(rounds)
-    return {"rounds": last + 1, "best_round": best,  # its rounds count from 0 "at_best": rounds[best], "final": rounds[last],
+    # its rounds count from 0
+    return {"rounds": last + 1, "best_round": best, "at_best": rounds[best], "final": rounds[last],
             "own_best": {k: max(v[k] for v in rounds.values()) for k in rounds[best]}}
 
 
