@@ -43,7 +43,7 @@ def make_optimizer(
     params: list[nn.Parameter], name: str, lr: float, momentum: float, weight_decay: float, eps: float = 1e-8
 ) -> torch.optim.Optimizer:
     """torch's optimiser ``name``; Adam and AdamW use torch's fused kernel, which updates all
-    parameters in one pass: 3-7x less CPU per step than the per-parameter loop on fedwear's
+    parameters in one pass: 3-8x less CPU per step than the per-parameter loop on fedwear's
     models (``benchmarks/step_overheads.py``), the same update up to float rounding."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
