@@ -73,6 +73,17 @@ PROTOHAR_FLAGGED = {
         "whether its AUC scored the local classifier's logits (as here) or distances to the prototypes is "
         "not known"
     ),
+    "local": (
+        "not the split: on the authors' split fedwear's SOLO reaches 52.60 (round 24 of 60), the authors' code "
+        "54.69 in the first 21 of its 60 rounds (results/protohar_authors_split.md; that run was still going). "
+        "For FedAvg the same comparison went the other way (fedwear 70.30, the authors' code 68.77): single runs "
+        "on clients of ~170 train windows differ by about 2 points either way, and the paper's figure is a "
+        "three-seed mean. Open: seeds 1-2, and the code's 300 rounds (here 60)"
+    ),
+    "lgfedavg": (
+        "open: the body is local as in SOLO, and its gap (-2.7) follows SOLO's (-3.5); its run on the authors' "
+        "split is next"
+    ),
     "scaffold": (
         "accuracy and F1 are within 1.6 points; the paper's AUC of 85.00 sits 5.6 points under its FedAvg's "
         "at a similar accuracy, which no other row of its table shows, while here SCAFFOLD's AUC follows its "

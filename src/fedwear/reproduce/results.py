@@ -164,7 +164,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         if m in exp.flagged and by_method.get(m):
             flagged.setdefault(exp.flagged[m], []).append(m)
     if flagged:
-        lines += ["", "Rows flagged ⚠, investigated:", ""]
+        lines += ["", "Rows flagged ⚠: what their investigation found (open: not explained yet):", ""]
         lines += [f"- **{', '.join(methods)}**: {finding}." for finding, methods in flagged.items()]
     lines += ["", "Each metric at its own best round (the maximum over rounds of each metric separately, "
               "as the code's `ResultLogging.average_data` would report):", "",
