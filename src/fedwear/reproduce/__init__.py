@@ -75,7 +75,7 @@ PROTOHAR_FLAGGED = {
     ),
     "local": (
         "not the split: on the authors' split fedwear's SOLO reaches 52.60 (round 24 of 60), the authors' code "
-        "54.69 in the first 21 of its 60 rounds (results/protohar_authors_split.md; that run was still going). "
+        "54.69 (round 16; the best of its first 31 of 60 rounds, results/protohar_authors_split.md). "
         "For FedAvg the same comparison went the other way (fedwear 70.30, the authors' code 68.77): single runs "
         "on clients of ~170 train windows differ by about 2 points either way, and the paper's figure is a "
         "three-seed mean. Open: seeds 1-2, and the code's 300 rounds (here 60)"
