@@ -72,6 +72,10 @@ def test_list_shows_how_far_each_table_got(table, tmp_path, monkeypatch):
     fedwear.run(runs[1][1], runs[1][2], quiet=True, until=1)  # fedavg seed 0: stopped after round 1 of 3
     listed = CliRunner().invoke(app, ["reproduce", "--list"])
     assert "runs/tiny-t: 1/3 runs finished, 3/8 rounds" in listed.output, listed.output
+    (runs[1][2] / "timing.csv").write_bytes(b"\xff\xfe garbage")  # a damaged file: one line naming it
+    listed = CliRunner().invoke(app, ["reproduce", "--list"])
+    assert listed.exit_code == 2 and "timing.csv is not a readable CSV" in listed.output
+    assert "Traceback" not in listed.output
 
 
 def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):

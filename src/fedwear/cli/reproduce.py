@@ -46,17 +46,17 @@ def reproduce(
     from fedwear.compare import run_grid
     from fedwear.reproduce.results import write_results
 
-    if list_ or table is None:
-        from fedwear.reproduce.run_files import table_progress
-
-        width = max(map(len, rp.EXPERIMENTS))
-        for key, exp in rp.EXPERIMENTS.items():
-            folder = rp.default_out(exp)
-            status = f"; {folder}: {table_progress(rp.plan(exp, folder, None))}" if folder.is_dir() else ""
-            typer.echo(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods{status})")
-        return
     console_logging(quiet)
     try:
+        if list_ or table is None:
+            from fedwear.reproduce.run_files import table_progress
+
+            width = max(map(len, rp.EXPERIMENTS))
+            for key, exp in rp.EXPERIMENTS.items():
+                folder = rp.default_out(exp)
+                status = f"; {folder}: {table_progress(rp.plan(exp, folder, None))}" if folder.is_dir() else ""
+                typer.echo(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods{status})")
+            return
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)

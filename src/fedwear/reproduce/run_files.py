@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedwear.config import RunConfig, load_config
+from fedwear.errors import FedwearError
 
 
 def matching_metrics(cfg: RunConfig, where: Path) -> pd.DataFrame | None:
@@ -23,7 +24,17 @@ def matching_metrics(cfg: RunConfig, where: Path) -> pd.DataFrame | None:
 def timing(where: Path) -> pd.DataFrame:
     """``timing.csv`` (one row per round), empty when the run has none."""
     path = where / "timing.csv"
-    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+    if not path.exists():
+        return pd.DataFrame()
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise FedwearError(f"{path} is not a readable CSV ({type(e).__name__}): continue the run with "
+                           "the same command, which rewrites it, or remove the run folder") from None
+    if "round" not in frame:
+        raise FedwearError(f"{path} has no round column: continue the run with the same command, "
+                           "which rewrites it, or remove the run folder")
+    return frame
 
 
 def total_cpu_s(where: Path) -> float:
