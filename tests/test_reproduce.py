@@ -61,6 +61,18 @@ def test_reproduce_writes_ours_next_to_the_paper_and_resumes(table, tmp_path):
     assert rewritten.exit_code == 0 and results.read_text() == text
 
 
+def test_methods_runs_a_subset_and_the_file_still_covers_the_table(table, tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    args = ["reproduce", "tiny:t", "--out", str(out), "--results", str(results), "--quiet"]
+    res = CliRunner().invoke(app, [*args, "--methods", "local"])
+    assert res.exit_code == 0, res.output
+    assert (out / "local-s0" / "summary.json").exists() and not (out / "fedavg-s0").exists()
+    text = results.read_text()
+    assert "| local |" in text and "--methods local" in text
+    bad = CliRunner().invoke(app, [*args, "--methods", "local,nope"])
+    assert bad.exit_code != 0 and "nope not in this table" in bad.output and "Traceback" not in bad.output
+
+
 def test_list_shows_how_far_each_table_got(table, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default run folder, runs/tiny-t, is relative
     listed = CliRunner().invoke(app, ["reproduce", "--list"])

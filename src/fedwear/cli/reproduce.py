@@ -13,11 +13,11 @@ from fedwear.errors import FedwearError
 
 
 def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out: Path | None,
-                results: Path | None, sets: list[str] | None, until: int | None) -> str:
+                results: Path | None, sets: list[str] | None, until: int | None, methods: str | None = None) -> str:
     """The command that makes a table's runs, as its results file states it (``--report-only``
     and ``--quiet`` change nothing in the runs, so they are left out)."""
     args = [table]
-    for flag, value in (("--root", root), ("--seeds", seeds), ("--jobs", jobs if jobs > 1 else None), ("--out", out),
+    for flag, value in (("--root", root), ("--seeds", seeds), ("--methods", methods), ("--jobs", jobs if jobs > 1 else None), ("--out", out),
                         ("--results", results), ("--until", until)):
         if value is not None:
             args += [flag, str(value)]
@@ -30,6 +30,8 @@ def reproduce(
     table: Annotated[str | None, typer.Argument(help="e.g. protohar:table2 (--list shows all)")] = None,
     root: Annotated[str | None, typer.Option(help="folder of the dataset's original files (dataset.root)")] = None,
     seeds: Annotated[str | None, typer.Option(help="comma-separated seeds for every method (default: the table's)")] = None,
+    methods: Annotated[str | None, typer.Option(help="comma-separated methods to run (default: all the table's); "
+                                                     "the results file still covers the whole table")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (one process each)")] = 1,
     out: Annotated[Path | None, typer.Option(help="folder of the run folders (default runs/<paper>-<table>)")] = None,
     results: Annotated[Path | None, typer.Option(help="results file (default results/<table's file>)")] = None,
@@ -60,16 +62,17 @@ def reproduce(
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
-        command = run_command(table, root, seeds, jobs, out, results, set_, until)
+        command = run_command(table, root, seeds, jobs, out, results, set_, until, methods)
+        todo = runs if methods is None else rp.only_methods(exp, runs, methods)
         target = results or Path("results") / exp.results
         if not report_only:
-            typer.echo(f"{len(runs)} runs into {folder} (finished ones are reused, others resume)", err=True)
+            typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)
 
             def progress(k: int, n: int, where: Path) -> None:
                 typer.echo(f"[{k}/{n}] done: {where}", err=True)
                 write_results(exp, runs, target, command, folder)
 
-            run_grid(runs, jobs, quiet=quiet or jobs > 1, on_done=progress, until=until)
+            run_grid(todo, jobs, quiet=quiet or jobs > 1, on_done=progress, until=until)
         typer.echo(write_results(exp, runs, target, command, folder))
         typer.echo(f"results: {target}")
     except FedwearError as e:

@@ -16,7 +16,7 @@ import yaml
 
 from fedwear.compare import Planned
 from fedwear.config import RunConfig, load_config
-from fedwear.errors import ConfigError
+from fedwear.errors import ConfigError, FedwearError
 
 
 @dataclass(frozen=True)
@@ -401,4 +401,15 @@ def plan(exp: Experiment, out: Path, root: str | None, seeds: list[int] | None =
     return sorted(runs, key=lambda r: (r[1].seed, order.index(r[0])))
 
 
-__all__ = ["EXPERIMENTS", "Experiment", "config_path", "default_out", "experiment", "paper_table", "plan"]
+def only_methods(exp: Experiment, runs: list[Planned], methods: str) -> list[Planned]:
+    """The runs of the comma-separated ``methods`` (each one of the table's)."""
+    wanted = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in exp.methods]
+    if unknown or not wanted:
+        raise FedwearError(f"--methods {methods!r}: {', '.join(unknown) or 'no method'} not in this table; "
+                           f"choose from {', '.join(exp.methods)}")
+    return [r for r in runs if r[0] in wanted]
+
+
+__all__ = ["EXPERIMENTS", "Experiment", "config_path", "default_out", "experiment", "only_methods", "paper_table",
+           "plan"]
