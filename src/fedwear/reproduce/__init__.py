@@ -165,7 +165,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
             "300 rounds, 3 of 14 clients per round, 5 local epochs, SGD lr 1e-3 momentum 0.9 with one "
             "optimiser per client kept across rounds, batch 32; 20-shot per class split with 2 of 12 "
             "classes dropped per client (partition seed 1), windows 512 x 6 with the trailing window "
-            "per trial (test windows overlapping a train window kept, as the code does), no normalisation; evaluation of every client at the start of each round "
+            "per trial (test windows overlapping a train window kept, as the code does), no normalisation; "
+            "evaluation of every client at the start of each round "
             "(round 0 = untrained), weighted by train windows, micro AUC on logits, best round by "
             "personalized accuracy on the test split (the paper's optimistic selection). SOLO (local) "
             "and the centralized sanity row run 60 rounds: every client trains every round, so 300 "
@@ -183,8 +184,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
         reference="protohar:table2",
         run_first=("protohar", "fedavg", "fedrep"),
-        variants={**PROTOHAR_VARIANTS,
-},
+        variants=PROTOHAR_VARIANTS,
         notes=(
             "the federation, model, optimiser and label skew of protohar:table2, but a time-ordered "
             "70/30 split per class with a one-window gap (all windows, no 20-shot cap, no overlapping "
