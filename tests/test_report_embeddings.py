@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -19,7 +20,14 @@ from fedwear.callbacks import load_checkpoint
 from fedwear.cli import app
 from fedwear.methods import Task, build_method
 from fedwear.methods.training import load_arrays
-from fedwear.report.embeddings import FILE, body_embeddings, embedding_plot, load_data, run_config
+from fedwear.report.embeddings import (
+    FILE,
+    POINTS,
+    body_embeddings,
+    embedding_plot,
+    load_data,
+    run_config,
+)
 from fedwear.report.rundir import load
 from tests.helpers import tiny_config
 
@@ -120,6 +128,26 @@ def test_run_without_checkpoint_is_skipped(compare_dir, tmp_path):
     assert "Skipped local seed 0: no checkpoint.pkl in local-s0" in plot.caption
     assert "fedavg seed 0: checkpoint.pkl of round 2" in plot.caption
     assert "local seed 0: checkpoint" not in plot.caption
+
+
+def test_saved_points_redraw_a_finished_run_without_its_checkpoint(compare_dir, tmp_path):
+    """A run folder kept without checkpoints (as results/runs keeps them) keeps its panel."""
+    first = embedding_plot(load(compare_dir).runs, tmp_path)
+    points = json.loads((tmp_path / POINTS).read_text())
+    assert [(p["method"], p["seed"]) for p in points["panels"]] == [("fedavg", 0), ("local", 0)]
+    assert len(points["panels"][0]["xy"]) == len(points["panels"][0]["y"]) > 0
+    kept = tmp_path / "kept"
+    for method in METHODS:
+        shutil.copytree(compare_dir / f"{method}-s0", kept / f"{method}-s0",
+                        ignore=shutil.ignore_patterns("report", "checkpoint.pkl"))
+    again = embedding_plot(load(kept).runs, tmp_path)
+    assert again.caption == first.caption and "Skipped" not in again.caption
+    assert json.loads((tmp_path / POINTS).read_text()) == points
+    # a panel of another config (or final round) is not the run's: drawn again, here impossible
+    points["panels"][1]["config_hash"] = "other"
+    (tmp_path / POINTS).write_text(json.dumps(points))
+    third = embedding_plot(load(kept).runs, tmp_path)
+    assert "Skipped local seed 0: no checkpoint.pkl" in third.caption and "Skipped fedavg" not in third.caption
 
 
 def test_missing_dataset_root_is_one_line_error(compare_dir, tmp_path):

@@ -8,10 +8,16 @@ the personalized view at the checkpoint's round (``configure`` -> ``personalize`
 ``personal_predictor``), and ``pred.body`` gives their embeddings (the features the head
 classifies). One t-SNE per method over all clients' embeddings pooled; one panel per method,
 points coloured by true class.
+
+The panels' points are saved beside the figure (``embeddings-tsne.json``): a later report into
+the same folder draws a finished run's panel from there, without its checkpoint (a run folder
+kept without checkpoints, as ``results/runs/`` keeps them), as long as the run's config and
+final round are still those the points came from.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 from collections.abc import Callable
@@ -38,6 +44,7 @@ from fedwear.report.rundir import Run
 from fedwear.seeding import derive_seed
 
 FILE = "embeddings-tsne.png"
+POINTS = "embeddings-tsne.json"  # the panels' points, beside the figure
 PERPLEXITY = 30
 TSNE_TEXT = ("scikit-learn TSNE(n_components=2, init='pca', random_state=0, "
              f"perplexity=min({PERPLEXITY}, n-1)) with n the panel's windows")
@@ -62,6 +69,40 @@ class Embeddings:
     @property
     def clients(self) -> list[str]:
         return list(dict.fromkeys(self.client.tolist()))
+
+
+@dataclass
+class Panel:
+    """One method's t-SNE panel: its points and what the caption says of them."""
+
+    method: str
+    seed: int | str
+    round: int
+    final_round: object
+    config_hash: str
+    model: str
+    data: str
+    colour: str
+    class_names: list[str]
+    dim: int  # the embeddings' dimension
+    xy: np.ndarray  # [n, 2] t-SNE coordinates
+    y: np.ndarray  # [n] colour index: true class, or client for a regression run
+    client: np.ndarray  # [n] client id
+
+    @property
+    def clients(self) -> list[str]:
+        return list(dict.fromkeys(self.client.tolist()))
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "seed": self.seed, "round": self.round, "final_round": self.final_round,
+                "config_hash": self.config_hash, "model": self.model, "data": self.data, "colour": self.colour,
+                "class_names": self.class_names, "dim": self.dim,
+                "xy": self.xy.tolist(), "y": self.y.tolist(), "client": self.client.tolist()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Panel:
+        return cls(**{**d, "xy": np.asarray(d["xy"], float).reshape(-1, 2), "y": np.asarray(d["y"], int),
+                      "client": np.asarray(d["client"], dtype=object)})
 
 
 @dataclass
@@ -301,21 +342,57 @@ def draw_skipped(ax, title: str, reason: str, width: int = 34) -> None:
             fontsize=8, color="#555", transform=ax.transAxes)
 
 
+def _saved_panels(out: Path) -> dict[tuple[str, str], Panel]:
+    """The panels an earlier report saved in ``out`` (none when the file is missing or unreadable)."""
+    try:
+        saved = json.loads((out / POINTS).read_text())
+        return {(p["method"], str(p["seed"])): Panel.from_json(p) for p in saved["panels"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _still_valid(panel: Panel | None, run: Run) -> bool:
+    """``panel`` shows ``run`` as it is: a finished run of the same config and final round."""
+    if panel is None or run.unfinished:
+        return False
+    try:
+        same_config = load_config(run.path / "config.yaml").hash() == panel.config_hash
+    except FedwearError:
+        return False
+    return same_config and panel.final_round == run.summary.get("final_round")
+
+
+def run_panel(run: Run, root: Path | None, data_cache: dict) -> Panel | Skipped:
+    """``run``'s t-SNE panel, from its checkpoint (see :func:`run_embeddings`), or why there is none."""
+    r = run_embeddings(run, root, data_cache)
+    if isinstance(r, Embeddings) and (why := _why_not_tsne(r)):
+        r = Skipped(r.method, r.seed, why)
+    if isinstance(r, Skipped):
+        return r
+    xy = np.round(tsne(r.z).astype(float), 5)  # as saved: a redrawn panel is the same
+    return Panel(method=r.method, seed=r.seed, round=r.round, final_round=r.final_round,
+                 config_hash=load_config(run.path / "config.yaml").hash(), model=r.model, data=r.data,
+                 colour=r.colour, class_names=r.class_names, dim=int(r.z.shape[1]), xy=xy,
+                 y=np.asarray(r.y, int), client=r.client)
+
+
 def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
-    """``embeddings-tsne.png``: one t-SNE panel per method (lowest seed), in group order."""
+    """``embeddings-tsne.png``: one t-SNE panel per method (lowest seed), in group order; the
+    points go to ``embeddings-tsne.json``, from which a later report redraws a panel whose run is
+    unchanged (see the module's docstring)."""
     reps = {method: runs[0] for method, runs in groups.items()}
+    saved = _saved_panels(out)
     cache: dict = {}
-    results: dict[str, Embeddings | Skipped] = {}
+    results: dict[str, Panel | Skipped] = {}
     for method, run in reps.items():
-        r = run_embeddings(run, root, cache)
-        if isinstance(r, Embeddings) and (why := _why_not_tsne(r)):
-            r = Skipped(r.method, r.seed, why)
-        results[method] = r
+        kept = saved.get((run.method, str(run.seed)))
+        results[method] = kept if kept is not None and _still_valid(kept, run) else run_panel(run, root, cache)
     cache.clear()
-    n_classes = max([len(r.class_names) for r in results.values() if isinstance(r, Embeddings)],
-                    default=0)
-    names = next((r.class_names for r in results.values() if isinstance(r, Embeddings)), [])
-    legend = next((r.colour for r in results.values() if isinstance(r, Embeddings)), "true class")
+    panels = [r.to_json() for r in results.values() if isinstance(r, Panel)]
+    (out / POINTS).write_text(json.dumps({"figure": FILE, "tsne": TSNE_TEXT, "panels": panels}))
+    n_classes = max([len(r.class_names) for r in results.values() if isinstance(r, Panel)], default=0)
+    names = next((r.class_names for r in results.values() if isinstance(r, Panel)), [])
+    legend = next((r.colour for r in results.values() if isinstance(r, Panel)), "true class")
 
     cols = min(4, len(results))
     rows = math.ceil(len(results) / cols)
@@ -329,11 +406,10 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
         if isinstance(r, Skipped):
             draw_skipped(ax, f"{method} (seed {r.seed})", r.reason)
             continue
-        xy = tsne(r.z)
         colors = [_class_color(int(k), n_classes) for k in r.y]
-        ax.scatter(xy[:, 0], xy[:, 1], s=3, c=colors, linewidths=0, alpha=0.8)
+        ax.scatter(r.xy[:, 0], r.xy[:, 1], s=3, c=colors, linewidths=0, alpha=0.8)
         ax.set_title(f"{method} (seed {r.seed}, round {r.round})\n{len(r.clients)} clients, "
-                     f"{len(r.z)} test windows", fontsize=9)
+                     f"{len(r.xy)} test windows", fontsize=9)
     if n_classes:
         handles = [Line2D([], [], ls="", marker="o", markersize=5, color=_class_color(k, n_classes))
                    for k in range(n_classes)]
@@ -345,9 +421,9 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
     return Plot(FILE, "t-SNE of body embeddings", caption(results), "embeddings")
 
 
-def caption(results: dict[str, Embeddings | Skipped]) -> str:
+def caption(results: dict[str, Panel | Skipped]) -> str:
     """What the figure shows: checkpoint round, windows, model per client, t-SNE settings."""
-    done = {m: r for m, r in results.items() if isinstance(r, Embeddings)}
+    done = {m: r for m, r in results.items() if isinstance(r, Panel)}
     skipped = {m: r for m, r in results.items() if isinstance(r, Skipped)}
     parts = [
         "t-SNE of body embeddings (ProtoHAR, Cheng et al. 2023, Fig. 4): the output of the model's "
@@ -363,11 +439,11 @@ def caption(results: dict[str, Embeddings | Skipped]) -> str:
                  else f"the run's final round is {r.final_round}")
         parts.append(
             f"{method} seed {r.seed}: checkpoint.pkl of round {r.round} ({final}); model per "
-            f"client: {r.model}; data: {r.data}; {len(r.clients)} clients, {len(r.z)} windows, "
-            f"{r.z.shape[1]}-dimensional embeddings, t-SNE perplexity "
-            f"{min(PERPLEXITY, len(r.z) - 1)}."
+            f"client: {r.model}; data: {r.data}; {len(r.clients)} clients, {len(r.xy)} windows, "
+            f"{r.dim}-dimensional embeddings, t-SNE perplexity "
+            f"{min(PERPLEXITY, len(r.xy) - 1)}."
         )
-    parts.append(f"Each panel is its own t-SNE of all its clients' embeddings pooled: {TSNE_TEXT}; "
+    parts.append(f"The points of each panel are in {POINTS}. Each panel is its own t-SNE of all its clients' embeddings pooled: {TSNE_TEXT}; "
                  "the axes have no units and the panels are not aligned with each other.")
     for method, r in skipped.items():
         parts.append(f"Skipped {method} seed {r.seed}: {r.reason}.")
