@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedwear.data.config import DatasetConfig
-from fedwear.data.partition import held_out_ids
+from fedwear.data.partition import split_off_new
 from fedwear.data.preprocess import channel_stats
 from fedwear.data.types import ClientData, Recording, Windows
 from fedwear.errors import ConfigError, DataError
@@ -131,11 +131,7 @@ def forecast_clients(recordings: list[Recording], cfg: DatasetConfig, seed: int
             f"no subject has >= {cfg.min_windows} training windows of {cfg.window} values: lower "
             "dataset.window or dataset.min_windows"
         )
-    if cfg.max_clients is not None:
-        clients = clients[: cfg.max_clients]
-    held = set(held_out_ids([c.client_id for c in clients], cfg.held_out, seed))
-    new = [c for c in clients if c.client_id in held]
-    clients = [c for c in clients if c.client_id not in held]
+    clients, new = split_off_new(clients, cfg, seed)
     shift, scale = 0.0, 1.0
     if cfg.normalize == "fixed":
         scale = float(cfg.scale)

@@ -194,6 +194,16 @@ def drop_classes(
     return idx[~np.isin(y[idx], gone)]
 
 
+def split_off_new(clients: list[ClientData], cfg: DatasetConfig, seed: int
+                  ) -> tuple[list[ClientData], list[ClientData]]:
+    """(training clients, new clients): the first ``dataset.max_clients`` clients, of which the
+    ``dataset.held_out`` ones never train (:func:`held_out_ids`)."""
+    if cfg.max_clients is not None:
+        clients = clients[: cfg.max_clients]
+    held = set(held_out_ids([c.client_id for c in clients], cfg.held_out, seed))
+    return [c for c in clients if c.client_id not in held], [c for c in clients if c.client_id in held]
+
+
 def held_out_ids(ids: list[str], spec: int | list[str], seed: int) -> list[str]:
     """The clients that never train: ``spec`` of them drawn with the seed, or the listed ids."""
     if isinstance(spec, int):
@@ -336,11 +346,7 @@ def assemble(
             f"no client has >= {cfg.min_windows} training windows after the split: lower "
             "dataset.min_windows or dataset.window, or keep more classes/data"
         )
-    if cfg.max_clients is not None:
-        clients = clients[: cfg.max_clients]
-    held = set(held_out_ids([c.client_id for c in clients], cfg.held_out, seed))
-    new = [c for c in clients if c.client_id in held]
-    clients = [c for c in clients if c.client_id not in held]
+    clients, new = split_off_new(clients, cfg, seed)
     norm = _normalise(clients, new, cfg, recordings)
     info: dict[str, object] = {
         "seed": seed,
