@@ -17,10 +17,9 @@ import numpy as np
 
 from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
-from fedwear.reproduce.run_files import matching_metrics, total_cpu_s
+from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, total_cpu_s
 from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics
-from fedwear.version import __version__
 
 
 def budget_numbers(cfg, where: Path) -> dict | None:
@@ -44,18 +43,10 @@ def _cell(values: list[float]) -> str:
 
 
 def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
-    by_method: dict[str, list[dict]] = {m: [] for m in exp.methods}
-    for method, cfg, where in runs:
-        nums = budget_numbers(cfg, where)
-        if nums is not None:
-            by_method[method].append(nums)
+    by_method = numbers_by_method(runs, exp.methods, budget_numbers)
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "source": "none"}
     lines = [
-        f"# {exp.title}", "",
-        f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.", "",
-        f"Protocol: {exp.notes}.", "",
-        *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
-          if exp.differences else []),
+        *header(exp, command, out),
         "Cells: accuracy in %, weighted by test windows over users (Eq. 6) at the final round, mean ± "
         "population std over the seeds listed (each seed holds out its own meta-test users). Meta-train: the "
         "training users after the method's personalisation; meta-test: held-out users after its adaptation.",

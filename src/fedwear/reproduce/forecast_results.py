@@ -19,9 +19,8 @@ from fedwear.compare import Planned
 from fedwear.config import KIND_METRICS
 from fedwear.evaluation.naive import NAIVE
 from fedwear.reproduce import Experiment, paper_table
-from fedwear.reproduce.run_files import matching_metrics, total_cpu_s
+from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, total_cpu_s
 from fedwear.summary import aggregate_metrics
-from fedwear.version import __version__
 
 METRICS = KIND_METRICS["regression"]
 LABEL = {"mse": "MSE", "mae": "MAE", "mape": "MAPE (%)"}
@@ -60,22 +59,13 @@ def margins(paper: dict) -> dict[str, float]:
 
 
 def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
-    by_method: dict[str, list[dict]] = {}
-    for method, cfg, where in runs:
-        nums = final_numbers(cfg, where)
-        by_method.setdefault(method, [])
-        if nums is not None:
-            by_method[method].append(nums)
+    by_method = numbers_by_method(runs, exp.methods, final_numbers)
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "metrics": list(METRICS), "source": "none"}
     has_ref = bool(paper["rows"])
     margin = margins(paper) if has_ref else {}
     head = " | ".join(f"{LABEL[m]} | paper | Δ" if has_ref else LABEL[m] for m in METRICS)
     lines = [
-        f"# {exp.title}", "",
-        f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.", "",
-        f"Protocol: {exp.notes}.", "",
-        *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
-          if exp.differences else []),
+        *header(exp, command, out),
         f"Compared with: {paper['source']}." if has_ref else "No published numbers to compare with.", "",
         "Cells: each client's error on its own test windows at the last round, in bpm² (MSE), bpm (MAE) "
         "and % (MAPE); mean ± population std over clients (unweighted, as the paper), averaged over "

@@ -16,10 +16,9 @@ from fedwear.config import task_kind
 from fedwear.reproduce import Experiment, default_out, experiment, paper_table, plan
 from fedwear.reproduce.budget_results import write_budget_results
 from fedwear.reproduce.forecast_results import write_forecast_results
-from fedwear.reproduce.run_files import matching_metrics, timing
+from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, timing
 from fedwear.reproduce.views_results import write_views_results
 from fedwear.summary import aggregate_metrics, best_round
-from fedwear.version import __version__
 
 LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
 FLAG = 2.0  # points
@@ -48,6 +47,7 @@ def run_numbers(cfg, where: Path) -> dict | None:
         else:
             per_round, clock = float(later["wall_s"].median()), "wall"
     return {
+        "seed": cfg.seed,
         "rounds": int(metrics["round"].max()),
         "of": cfg.rounds,
         "best_round": best,
@@ -84,14 +84,7 @@ def rounds_to(curve: pd.Series, target: float) -> int | None:
 
 def collect(runs: list[Planned]) -> dict[str, list[dict]]:
     """method -> the numbers of its runs made so far (with their seeds)."""
-    by_method: dict[str, list[dict]] = {}
-    for method, cfg, where in runs:
-        nums = run_numbers(cfg, where)
-        by_method.setdefault(method, [])
-        if nums is not None:
-            nums["seed"] = cfg.seed
-            by_method[method].append(nums)
-    return by_method
+    return numbers_by_method(runs, (), run_numbers)
 
 
 def reference_table(exp: Experiment) -> dict:
@@ -122,14 +115,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
     ref_cols = (lambda m: f"{LABEL[m]} | {ref_label} | Δ") if has_ref else (lambda m: LABEL[m])
     cfg0 = runs[0][1]
     lines = [
-        f"# {exp.title}",
-        "",
-        f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.",
-        "",
-        f"Protocol: {exp.notes}.",
-        "",
-        *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
-          if exp.differences else []),
+        *header(exp, command, out),
         f"Compared with ({ref_label}): {paper['source']}." if has_ref else "No published numbers to compare with.",
         "",
         f"## Ours{' next to the ' + ref_label if has_ref else ''} (personalized view; each run's best round by "

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from fedwear.config import RunConfig, load_config
 from fedwear.errors import FedwearError
+from fedwear.version import __version__
+
+if TYPE_CHECKING:
+    from fedwear.reproduce import Experiment
 
 
 def matching_metrics(cfg: RunConfig, where: Path) -> pd.DataFrame | None:
@@ -56,3 +62,27 @@ def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
     planned = sum(cfg.rounds for _, cfg, _ in runs)
     return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
 
+
+
+def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[str, ...],
+                      read: Callable[[RunConfig, Path], dict | None]) -> dict[str, list[dict]]:
+    """Method -> what ``read`` makes of each of its runs that has numbers yet (seed order)."""
+    by_method: dict[str, list[dict]] = {m: [] for m in methods}
+    for method, cfg, where in runs:
+        by_method.setdefault(method, [])
+        nums = read(cfg, where)
+        if nums is not None:
+            by_method[method].append(nums)
+    return by_method
+
+
+def header(exp: Experiment, command: str, out: Path) -> list[str]:
+    """A results file's opening lines: title, the command that made the runs, protocol, and the
+    known differences from a run of the authors' code."""
+    return [
+        f"# {exp.title}", "",
+        f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.", "",
+        f"Protocol: {exp.notes}.", "",
+        *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
+          if exp.differences else []),
+    ]

@@ -21,10 +21,9 @@ import pandas as pd
 
 from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
-from fedwear.reproduce.run_files import matching_metrics, timing
+from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, timing
 from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics, best_round, per_client_best
-from fedwear.version import __version__
 
 
 def view_numbers(cfg, where: Path) -> dict | None:
@@ -91,17 +90,9 @@ def _mean(values: list[float], fmt: str = "{:.2f}") -> str:
 
 
 def write_views_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
-    by_method: dict[str, list[dict]] = {m: [] for m in exp.methods}
-    for method, cfg, where in runs:
-        nums = view_numbers(cfg, where)
-        if nums is not None:
-            by_method[method].append(nums)
+    by_method = numbers_by_method(runs, exp.methods, view_numbers)
     lines = [
-        f"# {exp.title}", "",
-        f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.", "",
-        f"Protocol: {exp.notes}.", "",
-        *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
-          if exp.differences else []),
+        *header(exp, command, out),
         "Cells: macro-F1 in %, mean ± population std over clients at the best round (the highest "
         "unweighted mean personalization accuracy on the test split), averaged over the seeds listed. "
         "Global: the server model on the pooled test set of all clients at the round of its best "
