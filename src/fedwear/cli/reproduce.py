@@ -17,8 +17,9 @@ def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out:
     """The command that makes a table's runs, as its results file states it (``--report-only``
     and ``--quiet`` change nothing in the runs, so they are left out)."""
     args = [table]
-    for flag, value in (("--root", root), ("--seeds", seeds), ("--methods", methods), ("--jobs", jobs if jobs > 1 else None), ("--out", out),
-                        ("--results", results), ("--until", until)):
+    for flag, value in (("--root", root), ("--seeds", seeds), ("--methods", methods),
+                        ("--jobs", jobs if jobs > 1 else None), ("--out", out), ("--results", results),
+                        ("--until", until)):
         if value is not None:
             args += [flag, str(value)]
     for item in sets or []:

@@ -63,10 +63,9 @@ def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
     return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
 
 
-
 def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[str, ...],
                       read: Callable[[RunConfig, Path], dict | None]) -> dict[str, list[dict]]:
-    """Method -> what ``read`` makes of each of its runs that has numbers yet (seed order)."""
+    """Method -> what ``read`` makes of each of its runs that has numbers yet, in the order of ``runs``."""
     by_method: dict[str, list[dict]] = {m: [] for m in methods}
     for method, cfg, where in runs:
         by_method.setdefault(method, [])
