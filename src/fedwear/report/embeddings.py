@@ -21,7 +21,7 @@ import json
 import math
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -94,10 +94,8 @@ class Panel:
         return list(dict.fromkeys(self.client.tolist()))
 
     def to_json(self) -> dict:
-        return {"method": self.method, "seed": self.seed, "round": self.round, "final_round": self.final_round,
-                "config_hash": self.config_hash, "model": self.model, "data": self.data, "colour": self.colour,
-                "class_names": self.class_names, "dim": self.dim,
-                "xy": self.xy.tolist(), "y": self.y.tolist(), "client": self.client.tolist()}
+        plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**plain, "xy": self.xy.tolist(), "y": self.y.tolist(), "client": self.client.tolist()}
 
     @classmethod
     def from_json(cls, d: dict) -> Panel:
