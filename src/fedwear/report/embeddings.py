@@ -414,7 +414,7 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
         labels = [f"{k}: {names[k]}" if k < len(names) and names[k] != str(k) else str(k)
                   for k in range(n_classes)]
         fig.legend(handles, labels, loc="outside lower center", frameon=False, fontsize=8,
-                   ncol=min(n_classes, 6), title=legend, title_fontsize=8)
+                   ncol=min(n_classes, 6, 2 * cols), title=legend, title_fontsize=8)
     _save(fig, out, FILE)
     return Plot(FILE, "t-SNE of body embeddings", caption(results), "embeddings")
 
