@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, console_logging, fail, int_list
+from fedwear.cli.common import SetOpt, console_logging, fail, int_list, name_list
 from fedwear.cli.data import data_app
 from fedwear.cli.flower import flower_app
 from fedwear.cli.reference import config_reference
@@ -94,7 +94,7 @@ def compare(
     try:
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
-        names = [m.strip() for m in methods.split(",") if m.strip()]
+        names = name_list(methods)
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
         seed_list = int_list("--seeds", seeds)

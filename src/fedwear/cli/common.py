@@ -30,6 +30,11 @@ def console_logging(quiet: bool) -> None:
         log.addHandler(h)
 
 
+def name_list(text: str) -> list[str]:
+    """The comma-separated names of ``text`` (blanks dropped)."""
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
 def int_list(option: str, text: str) -> list[int]:
     try:
         values = [int(s) for s in text.split(",") if s.strip()]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, console_logging, fail, int_list
+from fedwear.cli.common import SetOpt, console_logging, fail, int_list, name_list
 from fedwear.errors import FedwearError
 
 
@@ -64,7 +64,7 @@ def reproduce(
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
         command = run_command(table, root, seeds, jobs, out, results, set_, until, methods)
-        todo = runs if methods is None else rp.only_methods(exp, runs, methods)
+        todo = runs if methods is None else rp.only_methods(exp, runs, name_list(methods))
         target = results or Path("results") / exp.results
         if not report_only:
             typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)

@@ -410,13 +410,12 @@ def plan(exp: Experiment, out: Path, root: str | None, seeds: list[int] | None =
     return sorted(runs, key=lambda r: (r[1].seed, order.index(r[0])))
 
 
-def only_methods(exp: Experiment, runs: list[Planned], methods: str) -> list[Planned]:
-    """The runs of the comma-separated ``methods`` (each one of the table's)."""
-    wanted = [m.strip() for m in methods.split(",") if m.strip()]
+def only_methods(exp: Experiment, runs: list[Planned], wanted: list[str]) -> list[Planned]:
+    """The runs of the ``wanted`` methods (each one of the table's)."""
     unknown = [m for m in wanted if m not in exp.methods]
     if unknown or not wanted:
-        raise FedwearError(f"--methods {methods!r}: {', '.join(unknown) or 'no method'} not in this table; "
-                           f"choose from {', '.join(exp.methods)}")
+        raise FedwearError(f"--methods {','.join(wanted)!r}: {', '.join(unknown) or 'no method'} not in this "
+                           f"table; choose from {', '.join(exp.methods)}")
     return [r for r in runs if r[0] in wanted]
 
 
