@@ -15,6 +15,7 @@ import pytest
 
 import fedwear
 from fedwear.engines.runner import Callback
+from fedwear.errors import FedwearError
 from fedwear.evaluation.predictor import Predictor
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import FedAvg
@@ -279,6 +280,17 @@ def test_until_pauses_a_run_that_resume_then_finishes_bit_for_bit(tmp_path):
     assert (tmp_path / "p" / "summary.json").exists() and "paused_at" not in done.summary
     ref = run(cfg, tmp_path / "ref")
     assert (tmp_path / "p" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
+
+
+def test_until_is_refused_where_the_paused_run_could_not_be_continued(tmp_path):
+    """Without checkpoints (or on flower-sim, which cannot resume) a paused run would be lost:
+    refused before the folder is touched."""
+    from fedwear.api import run
+
+    for settings in ({"checkpoint_every": 0}, {"engine": "flower-sim"}):
+        with pytest.raises(FedwearError, match="until=2 pauses a run"):
+            run(tiny_config(rounds=4, **settings), tmp_path / "p", until=2)
+        assert not (tmp_path / "p").exists()
 
 
 def test_drop_last_skips_partial_batches_and_a_too_small_client_trains_nothing(tmp_path):

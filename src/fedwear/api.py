@@ -77,6 +77,9 @@ def run(
     if data is not None and cfg.engine == "flower-sim":
         raise FedwearError("run(data=...) needs an in-process engine (engine: sim or batched): flower-sim's "
                            "clients load config.dataset themselves")
+    if until is not None and (cfg.checkpoint_every == 0 or cfg.engine == "flower-sim"):
+        raise FedwearError(f"until={until} pauses a run to continue it later, which needs checkpoints and an "
+                           "in-process engine: set checkpoint_every > 0 and engine: sim or batched")
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
     plan = rundir.plan(cfg, out, resume, overwrite)
     if plan.finished is not None:
