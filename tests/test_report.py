@@ -305,3 +305,20 @@ def test_page_renders_in_chromium(compare_page, tmp_path):
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
     assert shot.stat().st_size > 100_000  # a blank 1400x3000 page is a few kB
     assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (3000).to_bytes(4, "big")
+
+
+def test_long_lines_that_coincide_keep_staggered_markers():
+    """300-round curves: each line keeps about 15 markers, at other rounds than the line it is
+    drawn under, so a method whose curve equals another's (FedHome's FedAvg rounds) still shows."""
+    from fedwear.report.plots import _new_figure, _thin_markers
+
+    ax = _new_figure(4, 3).add_subplot()
+    x = np.arange(301)
+    for marker in ("o", "s"):
+        ax.plot(x, np.sin(x / 9), marker=marker)
+    ax.plot(x[:30], x[:30] / 30, marker="D")  # a short line keeps every marker
+    _thin_markers(ax)
+    first, second, short = (line.get_markevery() for line in ax.get_lines())
+    assert 13 <= len(first) <= 16 and 13 <= len(second) <= 16
+    assert not set(first) & set(second)
+    assert short is None

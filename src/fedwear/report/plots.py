@@ -111,16 +111,30 @@ def _seed_band(series: list[pd.Series]) -> pd.DataFrame:
 
 def _draw_band(ax, stats: pd.DataFrame, style: dict, label: str, factor: float = 1.0,
                ls: str = "-") -> None:
-    """The mean line (markers up to 40 points) and, when seeds differ, the min..max band."""
+    """The mean line (a marker on each point; see :func:`_thin_markers`) and, when seeds differ,
+    the min..max band."""
     stats = stats.dropna(subset=["mean"])
     x = stats.index.to_numpy(float)
     color = style["color"]
-    marker = style["marker"] if len(x) <= 40 else None
-    ax.plot(x, factor * stats["mean"], color=color, marker=marker, markersize=style["size"],
+    ax.plot(x, factor * stats["mean"], color=color, marker=style["marker"], markersize=style["size"],
             lw=1.6, ls=ls, label=label)
     if (stats["hi"] > stats["lo"]).any():
         ax.fill_between(x, factor * stats["lo"], factor * stats["hi"], color=color, alpha=0.18,
                         lw=0)
+
+
+def _thin_markers(ax, every: int = 15) -> None:
+    """On lines of more than 40 points, keep a marker every 1/``every`` of the x range, staggered
+    between lines, so a line hidden under another (FedHome under FedAvg until its
+    personalization rounds) still shows without markers covering the curves."""
+    lines = ax.get_lines()
+    lo, hi = ax.get_xlim()
+    step = (hi - lo) / every
+    for i, line in enumerate(lines):
+        x = np.asarray(line.get_xdata(), float)
+        if len(x) > 40:
+            targets = np.arange(lo + step * (0.5 + i / len(lines)), x.max(), step)
+            line.set_markevery(sorted(set(np.searchsorted(x, targets).clip(0, len(x) - 1).tolist())))
 
 
 def _legend(fig: Figure, ax, groups: Groups, always: bool = False) -> None:
@@ -161,6 +175,7 @@ def curve_plots(groups: Groups, out: Path) -> list[Plot]:
             ax.title.set_fontsize(10)
             ax.grid(alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
+            _thin_markers(ax)
             _legend(fig, ax, groups)
             file = f"curve-{view}-{metric}.png"
             _save(fig, out, file)
@@ -331,6 +346,7 @@ def _line_plot(groups: Groups, out: Path, file: str, series: dict[str, list[pd.S
     ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
     ax.xaxis.get_major_locator().set_params(integer=True)
+    _thin_markers(ax)
     _legend(fig, ax, groups)
     _save(fig, out, file)
 
