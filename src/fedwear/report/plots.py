@@ -315,6 +315,7 @@ def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
     ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
     ax.xaxis.get_major_locator().set_params(integer=True)
+    _thin_markers(ax)
     _legend(fig, ax, groups, always=has_eval)
     file = f"bytes_{way}.png"
     _save(fig, out, file)
