@@ -1,7 +1,8 @@
 """An in-process Flower Grid for fast tests of the Flower engine's server side (no Ray).
 
 Each message is serialised-like (deep-copied) and handed to the ClientApp of its node at push
-time; ``dead`` nodes never answer, ``tamper`` rewrites a node's replies.
+time; ``dead`` nodes never answer, ``tamper`` rewrites a node's replies. ``array_names`` holds
+the name of every array that travelled, either way.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class LocalGrid(Grid):
         self.tamper = tamper or {}
         self.dead = dead or set()
         self.replies: dict[str, Message] = {}
+        self.array_names: set[str] = set()
         self._run = Run.create_empty(run_id=1)
 
     @property
@@ -61,6 +63,10 @@ class LocalGrid(Grid):
                 reply = self.tamper[node](reply)
             reply.metadata.__dict__["_reply_to_message_id"] = mid
             self.replies[mid] = reply
+            for sent in (m, reply):
+                if sent.has_content():
+                    for record in sent.content.array_records.values():
+                        self.array_names.update(record.keys())
         return ids
 
     def pull_messages(self, message_ids):

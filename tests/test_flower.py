@@ -82,6 +82,15 @@ PHASES = {
 }
 
 
+#: The parts of the model that each method's paper keeps on the client: no array of theirs may
+#: travel in any message (FedMAT's masks live in its ``head``, Meta-HAR's user heads in
+#: ``head`` and ``user_head``).
+STAY_ON_CLIENT = {
+    "fedrep": ("head",), "fedper": ("head",), "protohar": ("head",), "lgfedavg": ("body",),
+    "fedproto": ("body", "head"), "fedpcl": ("body", "head"), "local": ("body", "head"),
+    "metahar": ("head", "user_head"), "fedmat": ("head",),
+}
+
 #: Methods whose grid test takes tens of CPU-seconds (FedMAT's conv3d fine-tuning): slow suite.
 SLOW_GRID = {"fedmat"}
 
@@ -90,9 +99,12 @@ SLOW_GRID = {"fedmat"}
                                     for m in sorted(METHODS)])
 def test_grid_engine_equals_sim_and_counts_the_same_bytes(tmp_path, method):
     """Every method gives the same metrics and bytes through Flower messages (the engine of
-    flower-sim and deployments, here on an in-process grid) as in-process."""
+    flower-sim and deployments, here on an in-process grid) as in-process, and what its paper
+    keeps on the client never travels."""
     cfg = config_for(method, **{"evaluation.at_start": True, **PHASES.get(method, {})})
-    executor, _ = run_on_grid(cfg, tmp_path / "grid")
+    executor, grid = run_on_grid(cfg, tmp_path / "grid")
+    travelled = {name.split(".", 1)[0] for name in grid.array_names}
+    assert not travelled & set(STAY_ON_CLIENT.get(method, ())), sorted(travelled)
     ref = fedwear.run(cfg, tmp_path / "sim")
     assert (tmp_path / "grid" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
     rounds = pd.read_csv(tmp_path / "grid" / "rounds.csv")
@@ -163,7 +175,7 @@ def test_client_state_lives_in_context_state(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "protohar", "fedavg+dp", "pcfedh"])
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "protohar", "fedavg+dp", "pcfedh", "metahar"])
 def test_flower_sim_equals_sim(tmp_path, method):
     name = method.split("+")[0]
     sets = {"dataset.cache_dir": str(tmp_path / "cache"), **PHASES.get(name, {})}
