@@ -12,7 +12,7 @@ import torch
 
 import fedwear
 from fedwear.methods.api import Record
-from fedwear.methods.meta import CLASSES, USER, pairwise_loss, reptile_step
+from fedwear.methods.meta import CLASSES, USER, pairwise_loss
 from tests.helpers import tiny_config
 
 SETS = {"optimizer.name": "adam", "optimizer.lr": 0.001, "optimizer.persist": True, "batch_size": 16,
@@ -29,24 +29,30 @@ def test_pairwise_loss_on_hand_made_pairs():
     assert pairwise_loss(e[:1], y[:1]).item() == 0.0
 
 
-def test_reptile_step_with_sigma_one_is_fedavg_and_moves_part_of_the_way_otherwise():
+@pytest.mark.parametrize("method", ["metahar", "fedreptile"])
+def test_reptile_step_with_sigma_one_is_fedavg_and_moves_part_of_the_way_otherwise(method):
+    """Through the method's own ``aggregate``: sigma = 1 with weighted means is FedAvg; the default
+    (unweighted, the code's) with sigma = 0.5 moves half way to the users' plain mean."""
     from fedwear.methods import Task, build_method
     from fedwear.report.embeddings import load_data
 
-    cfg = tiny_config()
-    fedavg = build_method(Task.of(cfg, load_data(cfg)))
+    def build(**options):
+        cfg = tiny_config(method=method, **{f"method_options.{method}.{k}": v for k, v in options.items()})
+        return build_method(Task.of(cfg, load_data(cfg)))
+
+    fedavg = build_method(Task.of(tiny_config(), load_data(tiny_config())))
     server = fedavg.init_server()
     rng = np.random.default_rng(0)
     replies = {c: Record({k: (v + rng.normal(size=v.shape)).astype(v.dtype) for k, v in server.arrays.items()},
                          {"num_examples": n}) for c, n in (("a", 10), ("b", 30))}
     want = fedavg.aggregate(server, replies, 1)
-    got = reptile_step(server, list(replies.values()), 1.0, weighted=True)
+    got = build(sigma=1.0, weighted=True).aggregate(server, replies, 1)
     for k in want.arrays:
-        np.testing.assert_allclose(got[k], want.arrays[k], rtol=1e-6, atol=1e-7)
-    half = reptile_step(server, list(replies.values()), 0.5)
-    k = next(iter(server.arrays))
-    mean = (replies["a"].arrays[k].astype(np.float64) + replies["b"].arrays[k]) / 2
-    np.testing.assert_allclose(half[k], server.arrays[k] + 0.5 * (mean - server.arrays[k]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got.arrays[k], want.arrays[k], rtol=1e-6, atol=1e-7)
+    half = build(sigma=0.5).aggregate(server, replies, 1)
+    for k, v in server.arrays.items():
+        mean = (replies["a"].arrays[k].astype(np.float64) + replies["b"].arrays[k]) / 2
+        np.testing.assert_allclose(half.arrays[k], v + 0.5 * (mean - v), rtol=1e-5, atol=1e-6)
 
 
 def test_each_user_keeps_a_head_over_its_own_classes(tmp_path):
