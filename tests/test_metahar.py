@@ -74,11 +74,18 @@ def test_each_user_keeps_a_head_over_its_own_classes(tmp_path):
     assert test["accuracy"].between(0, 1).all()
 
 
-def test_held_out_users_never_influence_the_shared_embedding(tmp_path, monkeypatch):
+#: FedMAT's settings of tests/test_fedmat.py (its conv3d personalisations make it slow).
+FEDMAT = {"model.name": "fedmat", "model.options": {"filters": 32, "hidden": 8}, "optimizer.name": "adam",
+          "dataset.drop_classes": 1, "batch_size": 16, "dataset.synthetic.channels": 6}
+
+
+@pytest.mark.parametrize("method, sets", [("metahar", SETS), ("fedreptile", {}),
+                                          pytest.param("fedmat", FEDMAT, marks=pytest.mark.slow)])
+def test_held_out_users_never_influence_the_shared_embedding(tmp_path, monkeypatch, method, sets):
     """A new user's data, poisoned, leaves the server state bit for bit unchanged."""
     import fedwear.api as api
 
-    cfg = tiny_config(method="metahar", rounds=2, **SETS)
+    cfg = tiny_config(method=method, rounds=2, **sets)
     clean = fedwear.run(cfg, tmp_path / "clean")
     real = api.load_federated
 

@@ -1,5 +1,6 @@
-"""PCFedH: the proximal term's gradient, the plan from select to aggregate, module 1's server
-invariants, the phases and a short run on synthetic series."""
+"""PCFedH: the proximal term's gradient and its pull by u_ik in the local step, the plan from
+select to aggregate, module 1's server invariants, the phases and a short run on synthetic
+series."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from fedwear.methods import Record, Task, build_method
 from fedwear.methods.api import Selection
 from fedwear.methods.pcfedh import CATEGORISE, MODULE1, PROTO, SOFT
 from fedwear.methods.proximal import Proximal
-from fedwear.methods.soft_clustering import V
+from fedwear.methods.soft_clustering import CLUSTER, U, V
 from tests.helpers import tiny_regression_config
 
 OPTIONS = {"pcl_rounds": 1, "clusters": 2, "per_cluster": 2, "encoder_epochs": 1, "crop_margin": 4}
@@ -40,6 +41,24 @@ def test_proximal_gradient_is_the_weighted_pull() -> None:
     for i, p in enumerate(w):
         expected = 0.1 * sum(u[k] * (p.detach() - centres[k][i]) for k in range(3))
         torch.testing.assert_close(p.grad, expected)
+
+
+def test_soft_fit_pulls_towards_the_clusters_of_the_client() -> None:
+    """Algorithm 2's local step (Eq. 12): the proximal pull goes to the cluster models in
+    proportion to the client's u_ik; without it (lambda = 0), u changes nothing."""
+
+    def fit(u: list[float], reg_weight: float) -> dict[str, np.ndarray]:
+        m, data = method_and_data(reg_weight=reg_weight)
+        names = [n for n, _ in m.model.named_parameters()]
+        down = Record({CLUSTER.format(k) + n: np.full_like(m.initial[n], sign) for k, sign in ((0, 1.0), (1, -1.0))
+                       for n in names})
+        up, _ = m.fit_predictor(down, Record({**m.initial, U: np.array(u)}), data.clients[0], seed=3)
+        return {n: up.arrays[n] for n in names}
+
+    to_plus, to_minus = fit([1.0, 0.0], 1.0), fit([0.0, 1.0], 1.0)
+    assert all((to_plus[n] - to_minus[n]).mean() > 0 for n in to_plus)  # towards +1 vs towards -1
+    a, b = fit([1.0, 0.0], 0.0), fit([0.0, 1.0], 0.0)
+    assert all(np.array_equal(a[n], b[n]) for n in a)
 
 
 def test_phases_and_evaluation_rounds() -> None:
