@@ -523,7 +523,7 @@ def run_child(kind: str, case: Case | None, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--cache", args.cache]
     if case is not None:
         cmd += ["--case", case.key, "--rounds", str(case.rounds)]
-    for flag, value in (("--root", args.root), ("--hapt-root", args.hapt_root)):
+    for flag, value in (("--root", args.root), ("--hapt-root", args.hapt_root), ("--profile-round", args.profile_round)):
         if value:
             cmd += [flag, str(value)]
     t = time.perf_counter()
@@ -540,6 +540,8 @@ def run_child(kind: str, case: Case | None, args: argparse.Namespace) -> dict:
         lines = [x for x in stderr.strip().splitlines() if x.strip()]
         msg = lines[-1] if lines else f"exit status {proc.returncode}"
         return {"error": msg[:200], "stderr": stderr[-3000:]}
+    if args.profile_round:  # the child's profiles, headed by the side and case they profile
+        print(f"==== profile of round {args.profile_round}: {kind} {case.key if case else ''}\n{stderr}", file=sys.stderr)
     line = next((x for x in reversed(stdout.splitlines()) if x.startswith(MARK)), None)
     if line is None:
         return {"error": "no result line", "stderr": stderr[-3000:]}
@@ -663,7 +665,7 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--profile-round", type=int, default=0,
-                    help="with --child SIDE --case KEY: torch.profiler and cProfile of that round, on stderr")
+                    help="torch.profiler and cProfile of that round of each side's run, on stderr")
     args = ap.parse_args()
     if args.child:
         if args.child == "matmul":
