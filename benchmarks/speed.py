@@ -540,7 +540,7 @@ def run_child(kind: str, case: Case | None, args: argparse.Namespace) -> dict:
         lines = [x for x in stderr.strip().splitlines() if x.strip()]
         msg = lines[-1] if lines else f"exit status {proc.returncode}"
         return {"error": msg[:200], "stderr": stderr[-3000:]}
-    if args.profile_round:  # the child's profiles, headed by the side and case they profile
+    if args.profile_round and stderr.strip():  # the profiles, headed by the side and case they profile
         print(f"==== profile of round {args.profile_round}: {kind} {case.key if case else ''}\n{stderr}", file=sys.stderr)
     line = next((x for x in reversed(stdout.splitlines()) if x.startswith(MARK)), None)
     if line is None:
