@@ -56,3 +56,15 @@ def test_both_budgets_are_views(tmp_path):
     res = fedwear.run(tiny_config(method="fedmat", rounds=1, **SETS, **{"evaluation.views": "[personalized, new_clients]"}),
                       tmp_path / "run")
     assert set(res.metrics["view"]) == {"personalized@e2", "personalized@e4", "new_clients@e2", "new_clients@e4"}
+
+
+@pytest.mark.slow  # three FedMAT fine-tunings: ~40 CPU-s here
+def test_a_new_user_starts_every_budget_afresh():
+    """The code builds the new user inside its budget loop: e4 does not start from e2's masks."""
+    m, data = setup()
+    down = m.configure(m.init_server(), data.clients[0].client_id, 1)
+    user = data.new_clients[0]
+    both = m.adapt(down, user, seed=4).evaluate
+    m.budgets = ("e4",)
+    alone = m.adapt(down, user, seed=4).evaluate
+    assert all(np.array_equal(both["e4"].arrays[k], v) for k, v in alone["e4"].arrays.items())

@@ -111,3 +111,22 @@ def test_fedreptile_budgets_are_cumulative_epochs(tmp_path):
     cfg = tiny_config(method="fedreptile", rounds=2)
     m = fedwear.run(cfg, tmp_path / "run").metrics
     assert {"personalized@k1", "personalized@k2", "personalized@k3", "global"} <= set(m["view"])
+
+
+def test_pairwise_fine_tuning_never_steps_the_users_scheduler():
+    """Stage 1 uses the user's own optimiser at the rate its schedule has reached, and leaves the
+    schedule where training left it (SPECS 2.4: the code steps its scheduler only in train())."""
+    from fedwear.methods import Task, build_method
+    from fedwear.report.embeddings import load_data
+
+    cfg = tiny_config(method="metahar", local_epochs=2, **SETS, **{"optimizer.scheduler": "step",
+                                                                   "optimizer.step_size": 1})
+    data = load_data(cfg)
+    m = build_method(Task.of(cfg, data))
+    client = data.clients[0]
+    down = m.configure(m.init_server(), client.client_id, 1)
+    _, state = m.fit(down, Record(), client, 1, seed=1)
+    kept = m.personalize(down, state, client, seed=2).keep
+    key = "optim.model.scheduler.last_epoch"
+    assert int(state.arrays[key]) == 2 and int(kept.arrays[key]) == 2
+    assert any(not np.array_equal(kept.arrays[k], state.arrays[k]) for k in state.arrays if k.endswith("exp_avg"))

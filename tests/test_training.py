@@ -42,3 +42,25 @@ def test_a_clients_schedule_continues_across_rounds():
     assert int(state.arrays["optim.model.scheduler.last_epoch"]) == 4
     opt = m.optimizer(m.load(down, state), m.shared, state)
     assert opt.optimizer.param_groups[0]["lr"] == cfg.optimizer.lr * 0.5**4
+
+
+def test_an_unscheduled_optimiser_holds_the_reached_rate_and_leaves_the_schedule():
+    """Meta-HAR and FedReptile fine-tune with the user's optimiser but never step its scheduler
+    (SPECS 2.4): the rate it has reached is held and the kept position is not touched."""
+    cfg = tiny_config(local_epochs=2, **{"method": "fedreptile", "optimizer.name": "adam", "optimizer.persist": True,
+                                         "optimizer.scheduler": "step", "optimizer.step_size": 1,
+                                         "optimizer.gamma": 0.5})
+    data = load_federated(cfg.dataset, cfg.seed)
+    m = build_method(Task.of(cfg, data))
+    client = data.clients[0]
+    down = m.configure(m.init_server(), client.client_id, 1)
+    _, state = m.fit(down, Record(), client, 1, seed=1)
+    held = m.optimizer(m.load(down, state), m.shared, state, scheduled=False)
+    assert held.scheduler is None and held.optimizer.param_groups[0]["lr"] == cfg.optimizer.lr * 0.5**2
+    assert not any("scheduler" in k for k in held.state_arrays())
+    kept = m.personalize(down, state, client, seed=3).keep
+    assert int(kept.arrays["optim.model.scheduler.last_epoch"]) == 2  # three fine-tuning epochs later
+    steps = [k for k in state.arrays if k.startswith("optim.model.") and k.endswith(".step")]
+    for k in steps:  # the same Adam continued: 2 epochs of training, then 3 of fine-tuning
+        assert float(kept.arrays[k]) == float(state.arrays[k]) * (2 + 3) / 2
+    assert steps

@@ -81,9 +81,12 @@ class FedAvg(Method):
         return self.model
 
     def optimizer(self, model: nn.Module, parts: tuple[str, ...], state: Record, name: str = "model",
-                  lr: float | None = None) -> LocalOptimizer:
+                  lr: float | None = None, scheduled: bool = True) -> LocalOptimizer:
         """A named optimiser over ``parts``; restored from ``state`` when ``optimizer.persist``
-        (one optimiser per client kept across rounds: ProtoHAR's code, SPECS A3)."""
+        (one optimiser per client kept across rounds: ProtoHAR's code, SPECS A3). ``scheduled=False``
+        holds the learning rate the schedule has reached and never steps it (Meta-HAR's
+        fine-tuning steps the user's optimiser but not its scheduler, SPECS 2.4); the kept
+        scheduler position is then left as it was."""
         o = self.task.config.optimizer
         opt = make_optimizer(part_parameters(model, parts), o.name, lr or o.lr, o.momentum, o.weight_decay, o.eps)
         sched = None
@@ -92,7 +95,7 @@ class FedAvg(Method):
         local = LocalOptimizer(name, opt, sched)
         if o.persist:
             local.load_state_arrays(state.arrays)
-        return local
+        return local if scheduled else LocalOptimizer(name, opt)
 
     def train(self, model: nn.Module, opt: LocalOptimizer, data: ClientData, seed: int,
               epochs: int | None = None, loss_fn: LossFn | None = None, x: torch.Tensor | None = None,

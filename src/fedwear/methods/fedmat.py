@@ -14,7 +14,10 @@ optimiser of the config's kind); (2) its convs and GRU copied into the client ne
 epochs of cross-entropy on the whole user model over the user's own classes, the shared network
 in eval mode (batch-norm statistics and dropout) while its weights still train, as the code's
 optimiser covers every parameter. A training user's masks and head persist from one evaluation
-(and budget) to the next; a new user's are fresh each time, as the code's.
+(and budget) to the next; a new user's are fresh for every budget, as the code's. The masks of a
+training user therefore train only while it is evaluated: the code evaluates every even round
+from 50 on, fedwear's tables less often (their notes say how often), so its users' masks get
+fewer epochs.
 """
 
 from __future__ import annotations
@@ -107,16 +110,21 @@ class FedMAT(FedAvg):
         return Personalized(evaluate, Record(kept))
 
     def adapt(self, down: Record, data: ClientData, seed: int) -> Personalized:
-        return Personalized(self.tune(down, {}, data, seed)[0])
+        """A new user's client network and head are fresh for every budget (the code builds the
+        test user inside its budget loop)."""
+        return Personalized(self.tune(down, {}, data, seed, carry=False)[0])
 
-    def tune(self, down: Record, kept: dict, data: ClientData, seed: int) -> tuple[dict[str, Record], dict]:
-        torch.manual_seed(seed)  # dropout in the fine-tuning: the same draws on every engine
+    def tune(self, down: Record, kept: dict, data: ClientData, seed: int,
+             carry: bool = True) -> tuple[dict[str, Record], dict]:
+        """Each budget's fine-tuning from ``kept``; with ``carry`` a budget starts from the client
+        network and head the previous one left, and those are returned to keep."""
         classes = own_classes(self.task.client_classes, data.client_id, data.train.y)
         x, y = tensors(data)
         local_y = local_labels(y, classes)
         evaluate = {}
         for budget in self.budgets:
             epochs = int(budget[1:])
+            torch.manual_seed(derive_seed(seed, "dropout", epochs))  # the same draws on every engine
             model = self.user_model(down, kept, classes, derive_seed(seed, "head"))
             stage1 = self.optimizer(model, ("body",), Record(), name="stage1")
             self.train(model, stage1, data, derive_seed(seed, "pairs", epochs), epochs=epochs)
@@ -125,7 +133,8 @@ class FedMAT(FedAvg):
             self.train(model, stage2, data, derive_seed(seed, "ce", epochs), epochs=epochs, x=x, y=local_y,
                        loss_fn=self.user_loss)
             client = {k: v for k, v in model_arrays(model, ("head",)).items() if not k.startswith(FC)}
-            kept = {**kept, **client, **head_arrays(model.head.fc, classes)}
+            if carry:
+                kept = {**kept, **client, **head_arrays(model.head.fc, classes)}
             evaluate[budget] = Record({**model_arrays(model, ("body",)), **client, **head_arrays(model.head.fc, classes)})
         return evaluate, kept
 

@@ -64,9 +64,10 @@ Where fedwear decides:
   aggregation, so by default a client is evaluated with the head it just trained (kept in its
   state) on the server's current body; the combined head is only where its next round starts.
   ``evaluate_head: combined`` evaluates with the combined head instead (what the authors' code
-  tests at the start of the next round). FedAli's code also evaluates the client's *own* body
-  before averaging; fedwear's personal views always use the server's body (as for FedPer and
-  FedRep).
+  tests at the start of the next round). FedAli's code evaluates the client's *own* body and
+  head right after its training, before averaging: ``evaluation.personal_model: trained`` (set
+  in the FedAli tables' configs), under which ``evaluate_head`` has no effect; otherwise the
+  personal views use the server's body (as for FedPer and FedRep).
 - **No global model**: heads are per client (``global_message`` is None; N/A in FedAli's tables).
 - **New clients** (``adapt``): the global body with a head trained on their train split for
   ``evaluation.adapt_epochs`` epochs from the initial head, with the head step's objective and
@@ -108,8 +109,6 @@ from fedwear.seeding import derive_seed
 STAT_H, STAT_V = "pac_h", "pac_v"
 #: Server-state prefix of client c's combined head: ``combined/<c>/head.<param>``.
 COMBINED = "combined/"
-#: Rows per forward pass when computing a train split's features.
-CHUNK = 256
 
 
 class FedPACOptions(Options):
@@ -315,11 +314,14 @@ class FedPAC(FedAvg):
         return ce + self.options.lamda * prototypes.distance(z, target, "l2")
 
     def embed(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """Features of ``x`` in eval mode, without gradients (FedAli's ``predict``)."""
+        """Features of ``x`` in eval mode, without gradients, in batches of ``evaluation.batch_size``
+        (FedAli's ``predict``: Keras' batch of 32 in its configs, which matters with ``liteformer:
+        code``, whose outputs depend on the batch's other windows)."""
         was = model.training
         model.eval()
+        step = self.task.config.evaluation.batch_size
         with torch.no_grad():
-            z = torch.cat([model.features(x[i : i + CHUNK]) for i in range(0, len(x), CHUNK)])
+            z = torch.cat([model.features(x[i : i + step]) for i in range(0, len(x), step)])
         model.train(was)
         return z
 

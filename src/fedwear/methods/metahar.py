@@ -14,16 +14,20 @@ Personalisation (the code's ``adapt_merged_2(n)``; budgets ``n1``, ``n2``, ``n3`
 by side): from the current embedding, for each n,
 
 1. ``10 n`` epochs of pairwise fine-tuning of the embedding, with the user's own optimiser (its
-   kept state) on the first ``2 x pair_chunk`` windows of each batch (the code's chunk of 64);
+   kept state, at the learning rate its schedule has reached; the code never steps the scheduler
+   here) on the first ``2 x pair_chunk`` windows of each batch (the code's chunk of 64);
 2. ``10 n`` epochs of cross-entropy on the embedding and the user's head ``Linear(100, C_u)``
    jointly, with a fresh Adam (1e-3, weight decay 1e-4); the head is not re-initialised between
    evaluations: each n starts from the head the previous one left, and the user keeps it.
 
 ``finetune: merged`` skips step 1 (the paper's "Merged" row of Table 3), ``separated`` freezes the
 embedding in step 2 ("Separated"). ``train_loss: ce`` trains the embedding federatedly with a
-global head and cross-entropy instead (Meta-HAR-CE). New users (held out, ``new_clients``) get
-the same two stages from the final embedding with a fresh optimiser and head; nothing of theirs
-ever reaches the server.
+global head and cross-entropy instead (Meta-HAR-CE); its personalisation is Meta-HAR's, with a
+new head over the user's own classes: the code's README asks for the global labels in
+fine-tuning ("target" for "target_t"), which its per-user head of ``C_u`` outputs cannot take, so
+that instruction is not followed. New users (held out, ``new_clients``) get the same two stages
+from the final embedding with a fresh optimiser (at the initial learning rate, as the code's
+never-stepped scheduler leaves it) and head; nothing of theirs ever reaches the server.
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ class MetaHAR(Reptile):
             model = self.load(Record({k: v for k, v in down.arrays.items() if k.startswith("body.")}), Record())
             epochs = o.finetune_epochs * n
             if o.finetune != "merged":
-                opt = self.optimizer(model, ("body",), Record(kept))
+                opt = self.optimizer(model, ("body",), Record(kept), scheduled=False)
                 self.train(model, opt, data, derive_seed(seed, "pairs", n), epochs=epochs, loss_fn=self.chunk_loss)
                 if self.task.config.optimizer.persist:
                     kept.update(opt.state_arrays())

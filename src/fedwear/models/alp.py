@@ -68,7 +68,8 @@ class ALPOptions(ModelOptions):
     )
     use_local: bool = Field(
         True, description="local prototypes; false: the 'w/o local prototype' ablation: no local set, no EMA "
-        "update, training and inference match the global set",
+        "update, training and inference match the global set, which FedAli's server then never re-clusters "
+        "(it clusters the clients' local sets): the global prototypes keep their N(0, 1) start",
     )
     matcher: Literal["ot", "cosine", "euclidean"] = Field(
         "ot", description="ot: Sinkhorn plan on cosines (the paper); cosine: argmax cosine; euclidean: argmin "

@@ -150,8 +150,13 @@ FEDALI_DIFFERENCES = (
     "the datasets: the paper's HHAR and RealWorld are not on these machines, so its numbers are shown for "
     "context only",
     "evaluation every 5th round (the code: every round), so each best round is chosen among those",
-    "PyTorch instead of Keras: the same initialisations and Adam epsilon, logits with cross-entropy instead "
+    "PyTorch instead of Keras: the same initialisations and Adam epsilon value (Keras adds it before the bias "
+    "correction, torch after: equal updates only as the step count grows), logits with cross-entropy instead "
     "of softmax with a clipped cross-entropy; the last partial batch is kept as Keras' fit keeps it",
+    "MOON: z_glob and z_prev come from each shuffled training batch (the code precomputes them once a round, "
+    "in batches of 32 in data order); the same values but for liteFormer's mixing of a batch's windows",
+    "FedProto: the prototype term is 64 x the batch mean (the code: the per-sample sum), so a last partial "
+    "batch weighs it as a full one",
     "MOON: the code's re-batched epochs keep only full batches of 64; here its one epoch keeps the last "
     "partial batch",
     "FedProto: the code starts from N(0, 1) prototypes in round 0; here the first round trains without "
@@ -306,8 +311,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
               **{f"fedali-beta{b}": ("method=fedali", f"model.options.alp.beta={b}") for b in (0.1, 0.3, 0.4, 0.5)}},
         paper="fedali:table4",
         variants={"fedali-no_glu": "matched prototypes used without the GLU",
-                  "fedali-no_global": "tokens matched to local prototypes only in training",
-                  "fedali-no_local": "no local prototypes (inference matches the global ones)",
+                  "fedali-no_global": "tokens matched to local prototypes only in training; the server still "
+                                      "clusters them and resets every client's local set to the result",
+                  "fedali-no_local": "no local prototypes (inference matches the global ones); with nothing to "
+                                     "cluster, the global prototypes stay at their N(0, 1) start (the paper does "
+                                     "not say how they are learnt without local ones; not in the code)",
                   "fedali-cosine": "cosine argmax instead of Sinkhorn", "fedali-euclidean": "Euclidean argmin"},
         notes="fedali:table1-uci_hapt's protocol (200 rounds, as the paper's ablations); one part switched per row",
         differences=FEDALI_DIFFERENCES,
@@ -332,8 +340,13 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         notes=notes,
         differences=("batches of 64 (the paper) instead of the code's 256 with drop-last: most users have fewer "
                      "than 256 train windows", "evaluation every 50 rounds (the code: every 2nd after round 70); "
-                     "the final round is reported", "meta-test users adapt from a fresh head each time (the code's "
-                     "user objects keep theirs)"),
+                     "the final round is reported; a meta-train user's kept head trains only while it is "
+                     "evaluated, so here for 2 x 60 epochs (the code: 14 x 60)",
+                     "meta-test users adapt from a fresh head each time (the code's user objects keep theirs)",
+                     "Meta-HAR-CE fine-tunes a head over the user's own classes, as Meta-HAR: the code's README "
+                     "asks for the global labels there, which its per-user head cannot take",
+                     "FedReptile's meta-test accuracy is each meta-test user's own fine-tuned model (the code's "
+                     "reptile.py reads another user's model: a bug)"),
         results=f"metahar_{name}.md",
         writer="budgets",
     ) for name, title, paper, notes in (
@@ -357,7 +370,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
                "per user, 1 new user per seed; 900 rounds of 5 users x 5 epochs with the pairwise loss, lambda "
                "0.5; budgets e2 and e4 of two-stage fine-tuning; Meta-HAR's rows: metahar:table1-usc_had"),
         differences=("the poster's datasets (HHAR, PAMAP2, ExtraSensory, SmartJLU) are not those run here",
-                     "evaluation every 100 rounds (the code: every 2nd from round 50); the final round is reported"),
+                     "evaluation every 100 rounds (the code: every 2nd from round 50); the final round is "
+                     "reported; a training user's masks and head train only while it is evaluated, so here in 9 "
+                     "evaluations of 2 + 4 epochs (the code: 425)",
+                     "batches of 64 (32 pairs) instead of the code's 128 (64 pairs), in training and fine-tuning",
+                     "every test window is scored (the code's test loader drops the last partial batch of 64)"),
         results="fedmat_usc_had.md",
         writer="budgets",
     ),
