@@ -183,6 +183,12 @@ def test_views_table_in_fedalis_shape(tmp_path, monkeypatch):
     assert "Ek et al. 2024, Table 1" in text and "| fedali | 98.15 ± 1.75" in text
 
 
+def test_global_cell_spreads_over_seeds_only_when_there_are_several():
+    from fedwear.reproduce.views_results import _over_seeds
+
+    assert _over_seeds([90.0, 94.0]) == "92.00 ± 2.00" and _over_seeds([91.5]) == "91.50"
+
+
 def test_every_packaged_config_has_its_twin_in_configs_and_every_table_plans():
     """`configs/<paper>/<name>.yaml` is the packaged `<paper>_<name>.yaml` (users read the one,
     `fedwear reproduce` runs the other), and every table's runs validate."""

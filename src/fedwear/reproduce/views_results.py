@@ -96,7 +96,8 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
         "Cells: macro-F1 in %, mean ± population std over clients at the best round (the highest "
         "unweighted mean personalization accuracy on the test split), averaged over the seeds listed. "
         "Global: the server model on the pooled test set of all clients at the round of its best "
-        "pooled accuracy, accuracy / macro-F1 (selection on test data, as the paper). "
+        "pooled accuracy, accuracy / macro-F1, ± population std over the seeds when there are several "
+        "(selection on test data, as the paper). "
         "† Local: each client's own best round on its test set (the authors' ModelCheckpoint; "
         "selection on test data).", "",
         "| Method | implementation | seeds | rounds run | best round | Personalization | "
@@ -109,7 +110,7 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
         rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
         best = ", ".join(str(n["best_round"]) for n in got)
         glob = [n["global"] for n in got if "global" in n]
-        gcell = (f"{np.mean([g[0] for g in glob]):.2f} / {np.mean([g[1] for g in glob]):.2f} "
+        gcell = (f"{_over_seeds([g[0] for g in glob])} / {_over_seeds([g[1] for g in glob])} "
                  f"({', '.join(str(g[2]) for g in glob)})") if glob else "N/A"
         mark = " †" if any(n["per_client"] for n in got) else ""
         lines.append(
@@ -123,6 +124,12 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
+
+
+def _over_seeds(values: list[float]) -> str:
+    """Mean, ± population std over the seeds when there are several (FedAli's Table 4: the
+    Global "±" is across runs)."""
+    return f"{np.mean(values):.2f}" + (f" ± {np.std(values):.2f}" if len(values) > 1 else "")
 
 
 def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str]:
