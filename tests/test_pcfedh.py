@@ -15,7 +15,7 @@ import fedwear
 from fedwear.data import load_federated
 from fedwear.methods import Record, Task, build_method
 from fedwear.methods.api import Selection
-from fedwear.methods.pcfedh import CATEGORISE, MODULE1, PROTO, SOFT
+from fedwear.methods.pcfedh import CATEGORISE, LOCAL_PROTO, MODULE1, PROTO, SOFT
 from fedwear.methods.proximal import Proximal
 from fedwear.methods.soft_clustering import CLUSTER, U, V
 from tests.helpers import tiny_regression_config
@@ -59,6 +59,26 @@ def test_soft_fit_pulls_towards_the_clusters_of_the_client() -> None:
     assert all((to_plus[n] - to_minus[n]).mean() > 0 for n in to_plus)  # towards +1 vs towards -1
     a, b = fit([1.0, 0.0], 0.0), fit([0.0, 1.0], 0.0)
     assert all(np.array_equal(a[n], b[n]) for n in a)
+
+
+def test_module1_counts_against_the_clients_own_last_centroids_in_the_code() -> None:
+    """The code's client counts its windows against the centroids its own K-means step left in
+    the previous round (SPECS 1.3 S1, clients.py); the paper's against the global prototypes."""
+    for variant in ("code", "paper"):
+        m, data = method_and_data(variant=variant)
+        client = data.clients[0]
+        first, state = m.fit(m.configure(m.init_server(), client.client_id, 1), Record(), client, 1, seed=1)
+        np.testing.assert_array_equal(state.arrays[LOCAL_PROTO], first.arrays[PROTO])
+        down = Record({k: v for k, v in first.arrays.items() if k != "counts"})
+        down.arrays[PROTO] = first.arrays[PROTO][::-1].copy()  # the global prototypes differ from its own
+        seen = []
+        real = m.counts
+        m.counts = lambda d, c, centres=None, seen=seen, real=real: seen.append(centres) or real(d, c, centres)
+        m.fit_encoder(down, state, client, seed=2)
+        if variant == "code":
+            np.testing.assert_array_equal(seen[0], first.arrays[PROTO])
+        else:
+            assert seen == [None]
 
 
 def test_phases_and_evaluation_rounds() -> None:

@@ -23,8 +23,11 @@ A run has three phases, one after another in the round count:
 ``variant: code`` (default, the published numbers came from it) and ``paper`` differ where
 SPECS 1.3 / section 4 lists: the encoder mean (unweighted vs n_i-weighted), prototypes and
 concentrations (share-weighted vs plain mean), the InfoNCE (TS2Vec's hierarchical
-instance + temporal loss vs instance-level only) and the encoder's mode while counting (train
-mode, with random masking and dropout, vs eval mode). Defaults: the code's (SPECS 1.3-1.4),
+instance + temporal loss vs instance-level only), the encoder's mode while counting (train
+mode, with random masking and dropout, vs eval mode) and, in module 1, what a client's windows
+are counted against (the centroids of its own K-means step of the previous round, as the
+code's client counts with its ``self.prototypes`` after ``_local_cluster`` overwrote them, vs
+the global prototypes it receives). Defaults: the code's (SPECS 1.3-1.4),
 for PPG-DaLiA; the distracted-driving config sets K = 5, M = 20 and encoder lr 1e-2.
 
 Ablations (Table 3): ``no_pcl`` trains the encoder on InfoNCE only, ``no_cre`` clusters raw
@@ -66,6 +69,8 @@ from fedwear.models.ts2vec import TSEncoder, instance_representation
 from fedwear.seeding import derive_seed
 
 ENC, SWA, PROTO, DENSITY, COUNTS, OWN = "enc.", "swa.", "proto", "density", "counts", "own."
+#: A client's centroids from its last module-1 round, kept in its state (``variant: code``).
+LOCAL_PROTO = "local_proto"
 MODULE1, CATEGORISE, SOFT = 1, 2, 3
 
 
@@ -203,15 +208,16 @@ class PCFedH(SoftClustered):
             out = [instance_representation(encoder(x[i:i + 256])) for i in range(0, len(x), 256)]
         return torch.cat(out) if out else torch.zeros(0, self.opt.output)
 
-    def counts(self, down: Record, data: ClientData) -> np.ndarray:
-        """``n_ik``: the client's train windows nearest (cosine) to each global prototype, with the
-        received encoder (code: in train mode, SPECS 1.3 S1); zeros before prototypes exist."""
+    def counts(self, down: Record, data: ClientData, centres: np.ndarray | None = None) -> np.ndarray:
+        """``n_ik``: the client's train windows nearest (cosine) to each of ``centres`` (default: the
+        global prototypes), with the received encoder (code: in train mode, SPECS 1.3 S1); zeros
+        before global prototypes exist."""
         k = self.opt.clusters
         if PROTO not in down.arrays:
             return np.zeros(k)
         encoder = self.load_encoder(down)
         z = self.features(encoder, tensors(data)[0], train_mode=self.opt.variant == "code")
-        c = F.normalize(torch.from_numpy(down.arrays[PROTO]).float(), dim=-1)
+        c = F.normalize(torch.from_numpy(down.arrays[PROTO] if centres is None else centres).float(), dim=-1)
         nearest = (z @ c.T).argmax(dim=1).numpy()
         return np.bincount(nearest, minlength=k).astype(np.float64)
 
@@ -223,7 +229,8 @@ class PCFedH(SoftClustered):
 
     def fit_encoder(self, down: Record, state: Record, data: ClientData, seed: int) -> tuple[Record, Record]:
         """Algorithm 1, one round of one client (SPECS 1.3 steps 1-4)."""
-        counts = self.counts(down, data)
+        own = state.arrays.get(LOCAL_PROTO) if self.opt.variant == "code" else None
+        counts = self.counts(down, data, own)
         x = tensors(data)[0]
         encoder = self.load_encoder(down)
         kept: dict[str, np.ndarray] = {}
@@ -256,6 +263,7 @@ class PCFedH(SoftClustered):
         centres, labels = clustering.local_kmeans_step(z.double().numpy(), init, self.opt.clusters, seed % 2**31)
         density = clustering.concentration(z.double().numpy(), centres, labels)
         centres = F.normalize(torch.from_numpy(centres), dim=-1).numpy()
+        kept[LOCAL_PROTO] = centres.astype(np.float32)
         arrays = {PROTO: centres.astype(np.float32), DENSITY: density.astype(np.float32), COUNTS: counts}
         if encoder is not None:
             arrays.update({ENC + k: v for k, v in module_arrays(encoder).items()})

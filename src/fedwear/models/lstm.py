@@ -2,9 +2,9 @@
 
 PCFedH (Yin et al., FITEE 2025) predicts the next heart-rate value from the last 150 values
 with ``LSTM(input=1, hidden=10, layers=1, batch_first)``, the output at the last time step and
-``Linear(10, 1)`` (about 571 parameters; ``/work/shared/papers/SPECS.md`` Section 1.2). Here the
-head maps to ``num_classes`` outputs (one output is PCFedH's regressor once fedwear has a
-regression task kind).
+``Linear(10, 1)`` (531 parameters; SPECS 1.2 says ~571, a sum that does not add up). The head
+maps to the task's outputs: one for a regression task (PCFedH's forecaster), one per class for
+classification.
 
 The body is ``torch.nn.LSTM``, not a hand-written cell loop: on one client (batch 64, 150
 steps, hidden 10, one thread) a training step took 8.6 to 11.6 ms with ``nn.LSTM`` and 61 to
