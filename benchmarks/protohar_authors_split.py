@@ -105,9 +105,12 @@ def run_authors(authors: Path, method: str, log: Path, rounds: int | None = None
                        stderr=subprocess.STDOUT, check=True)
 
 
-def authors_rounds(log: Path) -> dict[int, dict[str, float]]:
+def authors_rounds(log: Path, after_training: bool = False) -> dict[int, dict[str, float]]:
     """Per round of the authors' log: the train-weighted client mean of accuracy, macro-F1 and
-    AUC (``Average Client Accurancy`` etc., what ``rs_glob_acc``/``rs_f1``/``rs_auc`` keep; SPECS A5)."""
+    AUC (``Average Client Accurancy`` etc., what ``rs_glob_acc``/``rs_f1``/``rs_auc`` keep; SPECS A5),
+    keyed as fedwear keys its rounds: by the rounds trained before the evaluation. The log's
+    "Round number: r" comes before round r's training; ``after_training`` (the authors' SOLO,
+    ``serverlocal.py``, evaluates after it) makes that key r + 1."""
     rounds: dict[int, dict[str, float]] = {}
     current = None
     patterns = {"accuracy": r"Average Client Accurancy:\s+([0-9.]+)", "auc": r"Average AUC Accurancy:\s+([0-9.]+)",
@@ -121,14 +124,15 @@ def authors_rounds(log: Path) -> dict[int, dict[str, float]]:
             m = re.search(pattern, line)
             if m and current is not None:
                 current[key] = 100 * float(m.group(1))
-    return {r: v for r, v in rounds.items() if len(v) == len(patterns)}
+    shift = int(after_training)
+    return {r + shift: v for r, v in rounds.items() if len(v) == len(patterns)}
 
 
-def summarise_authors(rounds: dict[int, dict[str, float]]) -> dict:
+def summarise_authors(rounds: dict[int, dict[str, float]], after_training: bool = False) -> dict:
     best = max(rounds, key=lambda r: (rounds[r]["accuracy"], -r))
     last = max(rounds)
-    # its rounds count from 0
-    return {"rounds": last + 1, "best_round": best, "at_best": rounds[best], "final": rounds[last],
+    # rounds trained: the last evaluated one, plus the round that follows a start-of-round evaluation
+    return {"rounds": last + (not after_training), "best_round": best, "at_best": rounds[best], "final": rounds[last],
             "own_best": {k: max(v[k] for v in rounds.values()) for k in rounds[best]}}
 
 
@@ -147,7 +151,7 @@ def write_comparison(args: argparse.Namespace) -> None:
         "is not part of this repository). fedwear: the packaged `protohar_usc_had.yaml`, as `fedwear reproduce "
         "protohar:table2` runs it. SOLO (local) runs 60 rounds on both sides, as that table does (`--rounds 60`; "
         "runexp.sh: 300). Every round is evaluated at its start (round 0: untrained), except in the authors' SOLO, "
-        "which evaluates after each round's training. Accuracy, F1 and AUC: train-weighted means over all 14 "
+        "which evaluates after each round's training (its log's round r is keyed r + 1 here: rounds are counted as trained before the evaluation on both sides). Accuracy, F1 and AUC: train-weighted means over all 14 "
         "clients (SPECS A5), in %, at the round of best accuracy; max F1 / max AUC: each metric's own maximum over "
         "rounds. Paper: Cheng et al., IEEE JBHI 2023, Table II, mean of seeds 0-2.",
         "",
@@ -169,9 +173,10 @@ def write_comparison(args: argparse.Namespace) -> None:
         paper = dict(zip(keys, paper_rows[method], strict=True))
         rows = []
         log = args.runs / f"authors-{method}-s{args.seed}.log"
-        evaluated = authors_rounds(log) if log.exists() else {}
+        after = method == "local"  # the authors' SOLO evaluates after training, the others before
+        evaluated = authors_rounds(log, after) if log.exists() else {}
         if evaluated:  # a run still starting has none yet
-            rows.append(("the authors' code", "the authors'", summarise_authors(evaluated)))
+            rows.append(("the authors' code", "the authors'", summarise_authors(evaluated, after)))
         for label, split, where in (("fedwear", "the authors'", args.runs / f"{method}-s{args.seed}"),
                                     ("fedwear", "fedwear's", args.ours / f"{method}-s{args.seed}")):
             got = run_numbers(load_config(where / "config.yaml"), where) if (where / "config.yaml").exists() else None
