@@ -75,10 +75,15 @@ PROTOHAR_FLAGGED = {
     ),
     "local": (
         "not the split: on the authors' split fedwear's SOLO reaches 52.60 (round 24 of 60), the authors' code "
-        "54.69 (round 16; the best of its first 31 of 60 rounds, results/protohar_authors_split.md). "
-        "For FedAvg the same comparison went the other way (fedwear 70.30, the authors' code 68.77): single runs "
-        "on clients of ~170 train windows differ by about 2 points either way, and the paper's figure is a "
-        "three-seed mean. Open: seeds 1-2, and the code's 300 rounds (here 60)"
+        "54.69 (after 17 rounds of training; the best of its first 32 of 60 rounds, "
+        "results/protohar_authors_split.md). Read side by side with the authors' code, the two SOLOs train and "
+        "evaluate alike (all 14 clients every round, 5 epochs, SGD 1e-3 with momentum 0.9 kept per client, "
+        "clipping at 100, batch 32 with the last partial one, the same initial weights at seed 0, train-weighted "
+        "means); only the order of the batches is drawn differently. For FedAvg the same comparison went the "
+        "other way (fedwear 70.30, the authors' code 68.77): single runs on clients of ~170 train windows "
+        "differ by about 2 points either way, and the paper's figure is a three-seed mean. Every run peaks "
+        "before round 25 and then sits lower (48-49 here), so the code's 300 rounds would not raise the best. "
+        "Open: seeds 1-2"
     ),
     "lgfedavg": (
         "open: the body is local as in SOLO, and its gap (-2.7) follows SOLO's (-3.5); its run on the authors' "
