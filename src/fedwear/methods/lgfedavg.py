@@ -1,7 +1,9 @@
 """LG-FedAvg (Liang et al., "Think Locally, Act Globally", arXiv:2001.01523, 2020, Alg. 1).
 
 The opposite split of FedPer: each client keeps local representation layers (``body``) and
-the server averages the global layers (``head``). A declaration on FedAvg.
+the server averages the global layers (``head``). A declaration on FedAvg. Training starts from
+the initial model, as in ProtoHAR's table; the authors' code (github.com/pliang279/LG-FedAvg,
+``main_lg.py --load_fed``) starts from a FedAvg-trained model instead.
 """
 
 from __future__ import annotations

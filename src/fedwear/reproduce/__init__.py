@@ -86,8 +86,10 @@ PROTOHAR_FLAGGED = {
         "Open: seeds 1-2"
     ),
     "lgfedavg": (
-        "open: the body is local as in SOLO, and its gap (-2.7) follows SOLO's (-3.5); its run on the authors' "
-        "split is next"
+        "open: the body is local as in SOLO, and its gap (-2.7) follows SOLO's (-3.5), which is run-to-run "
+        "noise (see local); its run on the authors' split is next. LG-FedAvg's own code starts from a "
+        "FedAvg-trained model (main_lg.py requires --load_fed); the paper's 58.49, near its SOLO's 55.77 and far "
+        "under its FedAvg's 70.81, points to a run from scratch, as here"
     ),
     "fedhome": (
         "FedAvg's gap, and no gain from personalization here: FedHome's first 250 rounds are FedAvg's, bit for bit "
