@@ -184,9 +184,9 @@ def test_views_table_in_fedalis_shape(tmp_path, monkeypatch):
 
 
 def test_global_cell_spreads_over_seeds_only_when_there_are_several():
-    from fedwear.reproduce.views_results import _over_seeds
+    from fedwear.reproduce.run_files import seed_cell
 
-    assert _over_seeds([90.0, 94.0]) == "92.00 ± 2.00" and _over_seeds([91.5]) == "91.50"
+    assert seed_cell([90.0, 94.0]) == "92.00 ± 2.00" and seed_cell([91.5]) == "91.50"
 
 
 def test_every_packaged_config_has_its_twin_in_configs_and_every_table_plans():

@@ -17,7 +17,13 @@ import numpy as np
 
 from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
-from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, total_cpu_s
+from fedwear.reproduce.run_files import (
+    header,
+    matching_metrics,
+    numbers_by_method,
+    seed_cell,
+    total_cpu_s,
+)
 from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics
 
@@ -33,13 +39,6 @@ def budget_numbers(cfg, where: Path) -> dict | None:
     cpu = total_cpu_s(where)
     return {"rounds": last_round(where / "rounds.csv"), "of": cfg.rounds, "seed": cfg.seed, "views": views,
             "cpu_s": cpu}
-
-
-def _cell(values: list[float]) -> str:
-    v = np.array([x for x in values if x is not None], float)
-    if not len(v):
-        return "n/a"
-    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std():.2f}"
 
 
 def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
@@ -68,8 +67,8 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
             cpu = np.nanmean([n["cpu_s"] for n in got]) if got else float("nan")
             lines.append(
-                f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {_cell(train)} | "
-                f"{'' if ref[0] is None else ref[0]} | {_cell(test)} | {'' if ref[1] is None else ref[1]} | "
+                f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {seed_cell(train)} | "
+                f"{'' if ref[0] is None else ref[0]} | {seed_cell(test)} | {'' if ref[1] is None else ref[1]} | "
                 f"{'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
     if paper["rows"]:
         lines += ["", f"Paper: {paper['source']}."]

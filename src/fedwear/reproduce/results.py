@@ -16,7 +16,13 @@ from fedwear.config import task_kind
 from fedwear.reproduce import Experiment, default_out, experiment, paper_table, plan
 from fedwear.reproduce.budget_results import write_budget_results
 from fedwear.reproduce.forecast_results import write_forecast_results
-from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, timing
+from fedwear.reproduce.run_files import (
+    header,
+    matching_metrics,
+    numbers_by_method,
+    seed_cell,
+    timing,
+)
 from fedwear.reproduce.views_results import write_views_results
 from fedwear.summary import aggregate_metrics, best_round
 
@@ -58,14 +64,6 @@ def run_numbers(cfg, where: Path) -> dict | None:
         "s_per_round": per_round,
         "clock": clock,
     }
-
-
-def _cell(values: list[float]) -> str:
-    v = np.array(values, float)
-    v = v[~np.isnan(v)]
-    if not len(v):
-        return "n/a"
-    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std():.2f}"
 
 
 def _diff(ours: list[float], paper: float | None) -> str:
@@ -137,10 +135,10 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]
-            cells += [_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))] if has_ref \
-                else [_cell(ours)]
+            cells += [seed_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))] if has_ref \
+                else [seed_cell(ours)]
         best = ", ".join(str(n["best_round"]) for n in got)
-        speed = _cell([n["s_per_round"] for n in got])
+        speed = seed_cell([n["s_per_round"] for n in got])
         if any(n["clock"] == "wall" for n in got):
             speed += " (wall s)"
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | " + " | ".join(cells)
@@ -158,13 +156,13 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
     for method in exp.methods:
         got = by_method.get(method, [])
         if got:
-            lines.append(f"| {method} | " + " | ".join(_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
+            lines.append(f"| {method} | " + " | ".join(seed_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
     lines += ["", "Final round (no selection):", "",
               "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]
     for method in exp.methods:
         got = by_method.get(method, [])
         if got:
-            lines.append(f"| {method} | " + " | ".join(_cell([n["final"][m] for n in got]) for m in LABEL) + " |")
+            lines.append(f"| {method} | " + " | ".join(seed_cell([n["final"][m] for n in got]) for m in LABEL) + " |")
     if exp.rounds_table:
         lines += _rounds_section(exp, by_method)
     text = "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""A run folder's files as the results writers read them."""
+"""A run folder's files as the results writers read them, and the cells they write over seeds."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from fedwear.config import RunConfig, load_config
@@ -85,3 +86,14 @@ def header(exp: Experiment, command: str, out: Path) -> list[str]:
         *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
           if exp.differences else []),
     ]
+
+
+def seed_cell(values: list[float | None]) -> str:
+    """A results cell over seeds: the mean, ± population std when there are several; missing
+    (None, NaN) values left out, ``n/a`` when none is left."""
+    v = np.array([x for x in values if x is not None], float)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return "n/a"
+    return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std():.2f}"
+

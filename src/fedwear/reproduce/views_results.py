@@ -21,7 +21,13 @@ import pandas as pd
 
 from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
-from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, timing
+from fedwear.reproduce.run_files import (
+    header,
+    matching_metrics,
+    numbers_by_method,
+    seed_cell,
+    timing,
+)
 from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics, best_round, per_client_best
 
@@ -110,7 +116,7 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
         rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
         best = ", ".join(str(n["best_round"]) for n in got)
         glob = [n["global"] for n in got if "global" in n]
-        gcell = (f"{_over_seeds([g[0] for g in glob])} / {_over_seeds([g[1] for g in glob])} "
+        gcell = (f"{seed_cell([g[0] for g in glob])} / {seed_cell([g[1] for g in glob])} "
                  f"({', '.join(str(g[2]) for g in glob)})") if glob else "N/A"
         mark = " †" if any(n["per_client"] for n in got) else ""
         lines.append(
@@ -124,12 +130,6 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
-
-
-def _over_seeds(values: list[float]) -> str:
-    """Mean, ± population std over the seeds when there are several (FedAli's Table 4: the
-    Global "±" is across runs)."""
-    return f"{np.mean(values):.2f}" + (f" ± {np.std(values):.2f}" if len(values) > 1 else "")
 
 
 def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str]:
