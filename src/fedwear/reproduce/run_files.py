@@ -85,6 +85,9 @@ def header(exp: Experiment, command: str, out: Path) -> list[str]:
         f"Protocol: {exp.notes}.", "",
         *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
           if exp.differences else []),
+        "CPU times are each run's own (its timing.csv), measured on the machine and under the load it ran "
+        "with: rows made on different machines differ by 2x or more for the same work, so compare "
+        "them with care; benchmarks/ compares speed side by side in one run.", "",
     ]
 
 
