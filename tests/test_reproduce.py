@@ -105,7 +105,7 @@ def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):
     assert "| local |" in text and "not run" in text.split("| local |")[1].splitlines()[0]
 
 
-def test_findings_on_flagged_rows_are_listed_once_for_the_methods_that_ran(table, tmp_path):
+def test_findings_are_listed_once_beside_the_flagged_rows_of_methods_that_ran(table, tmp_path):
     runs = rp.plan(table, tmp_path / "runs", root=None)
     from fedwear.compare import run_one
 
@@ -114,6 +114,10 @@ def test_findings_on_flagged_rows_are_listed_once_for_the_methods_that_ran(table
     text = write_results(exp, runs, tmp_path / "r.md", "cmd", tmp_path / "runs")
     bullets = [line for line in text.splitlines() if line.startswith("- **")]
     assert bullets == ["- **fedavg**: the split."]
+    # a finding is listed only beside a row that carries a ⚠: without a paper to differ from, none does
+    text = write_results(replace(exp, paper=None, rounds_table=None), runs, tmp_path / "r.md", "cmd",
+                         tmp_path / "runs")
+    assert "⚠" not in text and not [line for line in text.splitlines() if line.startswith("- **")]
 
 
 def test_unknown_table_is_one_line(table):

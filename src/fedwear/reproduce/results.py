@@ -127,6 +127,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         + " | best round | CPU-s/round (1 thread) |",
         "|" + "---|" * (5 + (3 if has_ref else 1) * len(LABEL) + 1),
     ]
+    warned: set[str] = set()  # methods with a ⚠ in their row
     for method in exp.methods:
         got = by_method.get(method, [])
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
@@ -137,6 +138,8 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
             ours = [n["at_best"][m] for n in got]
             cells += [seed_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))] if has_ref \
                 else [seed_cell(ours)]
+        if any("⚠" in c for c in cells):
+            warned.add(method)
         best = ", ".join(str(n["best_round"]) for n in got)
         speed = seed_cell([n["s_per_round"] for n in got])
         if any(n["clock"] == "wall" for n in got):
@@ -145,7 +148,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
                      + f" | {best} | {speed} |")
     flagged: dict[str, list[str]] = {}  # one bullet per finding, naming every method it explains
     for m in exp.methods:
-        if m in exp.flagged and by_method.get(m):
+        if m in exp.flagged and m in warned:
             flagged.setdefault(exp.flagged[m], []).append(m)
     if flagged:
         lines += ["", "Rows flagged ⚠: what their investigation found (open: not explained yet):", ""]
