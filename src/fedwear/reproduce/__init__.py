@@ -54,8 +54,6 @@ PROTOHAR_DIFFERENCES = (
     "gradient clipping covers the parameters being trained; the code's clip_grad_norm_ runs over "
     "all parameters, so in ProtoHAR's and FedRep's head and body steps the frozen part's "
     "gradients left from the other step count towards the norm",
-    "rows from fedavg-s0 and protohar-s0 were evaluated before the global model's test logits "
-    "came from one pass over the pooled test set: equal up to float rounding",
 )
 #: What the investigation of each flagged (|Δ| > 2) row of protohar:table2 found.
 PROTOHAR_GLOBAL_MODEL_GAP = (
