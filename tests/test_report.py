@@ -171,6 +171,9 @@ def test_table_captions(run_dir, compare_dir):
 
 def test_comparison_report(compare_dir, compare_page):
     page = assert_images_embedded(compare_page)
+    # the page says how to make it again: the command line, with --out
+    made_by = f"made by <code>fedwear report {compare_dir} --out {compare_page.parent}</code>"
+    assert made_by in compare_page.read_text()
     summaries = {m: [json.loads((compare_dir / f"{m}-s{s}" / "summary.json").read_text())
                      for s in SEEDS] for m in METHODS}
     for method, runs in summaries.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -40,8 +41,16 @@ def report(
     """Write PNG plots and one self-contained index.html for a run or a comparison."""
     from fedwear.report.build import write_report
 
+    args = [str(path)]
+    for flag, value in (("--out", out), ("--root", root), ("--client", client),
+                        ("--tsne-windows", tsne_windows if tsne_windows != TSNE_WINDOWS else None)):
+        if value is not None:
+            args += [flag, str(value)]
+    args += ["--embeddings"] if embeddings else []
+    args += [] if forecast else ["--no-forecast"]
+    command = "fedwear report " + " ".join(shlex.quote(a) for a in args)
     try:
-        index = write_report(path, out, embeddings, root, forecast, client, tsne_windows)
+        index = write_report(path, out, embeddings, root, forecast, client, tsne_windows, command)
     except FedwearError as e:
         fail(e)
     typer.echo(str(index))

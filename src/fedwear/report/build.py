@@ -80,7 +80,7 @@ def _comparison_tables(cmp: Comparison) -> str:
 
 def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                  root: Path | None = None, forecast: bool = True, client: str | None = None,
-                 tsne_windows: int = TSNE_WINDOWS) -> Path:
+                 tsne_windows: int = TSNE_WINDOWS, command: str | None = None) -> Path:
     """Write the PNG figures and ``index.html`` for the run or comparison at ``path`` into ``out``
     (default ``path/report``); returns the path of ``index.html``. With ``embeddings``, also the
     t-SNE of each method's body embeddings (:mod:`fedwear.report.embeddings`; it loads the data,
@@ -106,6 +106,8 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
         else:
             title = f"fedwear comparison: {target.path.name}"
             meta, tables = _comparison_meta(target), _comparison_tables(target)
+        if command:
+            meta = [f"made by <code>{escape(command)}</code>", *meta]
         plots = all_plots(groups, out)
         if embeddings:
             from fedwear.report.embeddings import embedding_plot  # loads data and checkpoints
