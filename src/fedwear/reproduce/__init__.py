@@ -71,9 +71,11 @@ PROTOHAR_FLAGGED = {
     "fedprox": PROTOHAR_GLOBAL_MODEL_GAP,
     "moon": PROTOHAR_GLOBAL_MODEL_GAP,
     "fedproto": (
-        "accuracy and F1 are within 1.4 points, AUC 2.2 below; FedProto is not in ProtoHAR's code, so "
-        "whether its AUC scored the local classifier's logits (as here) or distances to the prototypes is "
-        "not known"
+        "open: one seed, and the same size of move as FedProx's: an earlier run of the same config on older code "
+        "landed at 61.35 / 57.46 / 90.15 (Acc / F1 / AUC; Δ -1.4, -0.4, -2.2), this one 2.1 and 2.5 under in "
+        "accuracy and F1 and 1.0 under in AUC; which change between the two codes moved it is not traced. "
+        "FedProto is not in ProtoHAR's code, so whether the paper's AUC "
+        "scored the local classifier's logits (as here) or distances to the prototypes is not known"
     ),
     "local": (
         "not the split: on the authors' split fedwear's SOLO reaches 52.60 (round 24 of 60), the authors' code "
@@ -95,9 +97,11 @@ PROTOHAR_FLAGGED = {
     ),
     "fedhome": (
         "FedAvg's gap, and no gain from personalization here: FedHome's first 250 rounds are FedAvg's, bit for bit "
-        "(68.46 at round 143, FedAvg's best); its 50 rounds of SMOTE on frozen embeddings and head-only fine-tuning "
+        "(68.46 at round 143, FedAvg's seed-0 best); its 50 rounds of SMOTE on frozen embeddings and head-only "
+        "fine-tuning "
         "lift the round-250 model from 64.57 to 67.36 accuracy and from 54.44 to 59.86 F1 (round 282), still below "
-        "FedAvg's best, where the paper's FedHome ends 0.34 above its FedAvg. The paper's FedHome AUC equals its "
+        "FedAvg's seed-0 best, where the paper's FedHome ends 0.34 above its FedAvg. The paper's FedHome AUC "
+        "equals its "
         "FedAvg's to the third decimal (90.633), as it would if each metric's maximum over rounds was reported (the "
         "authors' ResultLogging.average_data does that; main.py does not call it) and FedHome's highest AUC fell "
         "in its FedAvg rounds; in the per-metric table below that is what happens (91.42 for both)"
