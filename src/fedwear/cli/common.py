@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
+from collections.abc import Iterable
 from typing import Annotated, NoReturn
 
 import typer
@@ -17,6 +19,15 @@ def fail(e: Exception | str) -> NoReturn:
     """Print ``error: <message>`` on one line (no traceback) and exit with status 2."""
     typer.echo(f"error: {e}", err=True)
     raise typer.Exit(2)
+
+
+def command_line(command: str, args: list[str], options: Iterable[tuple[str, object]]) -> str:
+    """``command`` with its arguments and each option whose value is not None, shell-quoted: how a
+    results file or report states the command that made it."""
+    for flag, value in options:
+        if value is not None:
+            args = [*args, flag] if value is True else [*args, flag, str(value)]
+    return f"{command} " + " ".join(shlex.quote(a) for a in args)
 
 
 def console_logging(quiet: bool) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import fail
+from fedwear.cli.common import command_line, fail
 from fedwear.errors import FedwearError
 
 #: Default of --tsne-windows (fedwear.report.prototypes.TSNE_WINDOWS; the report modules are
@@ -41,14 +40,10 @@ def report(
     """Write PNG plots and one self-contained index.html for a run or a comparison."""
     from fedwear.report.build import write_report
 
-    args = [str(path)]
-    for flag, value in (("--out", out), ("--root", root), ("--client", client),
-                        ("--tsne-windows", tsne_windows if tsne_windows != TSNE_WINDOWS else None)):
-        if value is not None:
-            args += [flag, str(value)]
-    args += ["--embeddings"] if embeddings else []
-    args += [] if forecast else ["--no-forecast"]
-    command = "fedwear report " + " ".join(shlex.quote(a) for a in args)
+    command = command_line("fedwear report", [str(path)], (
+        ("--out", out), ("--root", root), ("--client", client),
+        ("--tsne-windows", tsne_windows if tsne_windows != TSNE_WINDOWS else None),
+        ("--embeddings", embeddings or None), ("--no-forecast", None if forecast else True)))
     try:
         index = write_report(path, out, embeddings, root, forecast, client, tsne_windows, command)
     except FedwearError as e:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, console_logging, fail, int_list, name_list
+from fedwear.cli.common import SetOpt, command_line, console_logging, fail, int_list, name_list
 from fedwear.errors import FedwearError
 
 
@@ -16,15 +15,9 @@ def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out:
                 results: Path | None, sets: list[str] | None, until: int | None, methods: str | None = None) -> str:
     """The command that makes a table's runs, as its results file states it (``--report-only``
     and ``--quiet`` change nothing in the runs, so they are left out)."""
-    args = [table]
-    for flag, value in (("--root", root), ("--seeds", seeds), ("--methods", methods),
-                        ("--jobs", jobs if jobs > 1 else None), ("--out", out), ("--results", results),
-                        ("--until", until)):
-        if value is not None:
-            args += [flag, str(value)]
-    for item in sets or []:
-        args += ["--set", item]
-    return "fedwear reproduce " + " ".join(shlex.quote(a) for a in args)
+    options = [("--root", root), ("--seeds", seeds), ("--methods", methods), ("--jobs", jobs if jobs > 1 else None),
+               ("--out", out), ("--results", results), ("--until", until), *(("--set", item) for item in sets or [])]
+    return command_line("fedwear reproduce", [table], options)
 
 
 def reproduce(
