@@ -227,6 +227,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         title="ProtoHAR's Table II methods on UCI HAPT (code-faithful protocol; not in the paper)",
         config="protohar_uci_hapt.yaml",
         methods=PROTOHAR_METHODS,
+        more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep")},  # as protohar:table2
         sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
         run_first=("protohar", "fedavg", "fedrep"),
         variants=PROTOHAR_VARIANTS,
