@@ -1,9 +1,10 @@
-"""The allocator setting: freed tensor buffers are reused, not unmapped and faulted in again."""
+"""Process settings: freed tensor buffers are reused, not unmapped and faulted in again; subnormals are flushed."""
 
 import subprocess
 import sys
 
 import pytest
+import torch
 
 CHILD = """
 import resource, sys, torch
@@ -26,3 +27,21 @@ def test_freed_buffers_are_reused() -> None:
     pages = 20 * (32 << 20) // 4096
     assert faults["default"] > 0.8 * pages  # every buffer faulted in afresh
     assert faults["keep"] < 0.05 * pages  # the same pages, reused
+
+
+FLUSH_CHILD = """
+import sys, torch
+from fedwear.engines.process import prepare_process
+if sys.argv[1] == "prepared":
+    prepare_process(1)
+x = torch.full((4,), 1e-39)  # a float32 subnormal
+print(float((x * 1.0).sum()))
+"""
+
+
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="no flush-to-zero mode on this CPU")
+def test_prepared_process_flushes_subnormals() -> None:
+    out = {mode: float(subprocess.run([sys.executable, "-c", FLUSH_CHILD, mode], capture_output=True, text=True,
+                                      check=True).stdout) for mode in ("default", "prepared")}
+    assert out["default"] > 0  # IEEE: subnormals kept
+    assert out["prepared"] == 0.0  # treated as zero
