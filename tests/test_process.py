@@ -1,10 +1,10 @@
 """Process settings: freed tensor buffers are reused, not unmapped and faulted in again; subnormals are flushed."""
 
+import platform
 import subprocess
 import sys
 
 import pytest
-import torch
 
 CHILD = """
 import resource, sys, torch
@@ -39,7 +39,7 @@ print(float((x * 1.0).sum()))
 """
 
 
-@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="no flush-to-zero mode on this CPU")
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="torch's flush mode is x86's")
 def test_prepared_process_flushes_subnormals() -> None:
     out = {mode: float(subprocess.run([sys.executable, "-c", FLUSH_CHILD, mode], capture_output=True, text=True,
                                       check=True).stdout) for mode in ("default", "prepared")}

@@ -43,8 +43,8 @@ def keep_freed_buffers(mmap_threshold: int = 256 << 20, trim_threshold: int = 51
 
 
 def flush_denormals() -> bool:
-    """Treat subnormal floats (below 1.2e-38 in float32) as zero on this thread and the threads it
-    starts later (x86 FTZ/DAZ, ARM FZ), as TensorFlow's CPU kernels do.
+    """Treat subnormal floats (below 1.2e-38 in float32) as zero on the calling thread and the
+    threads it starts later (x86 FTZ/DAZ), as TensorFlow's CPU kernels do.
 
     Once a model fits its client's windows (train losses of 1e-6 to 1e-7, as in late rounds of
     ProtoHAR's protocol), the backward pass carries many subnormal gradients, which x86 cores
