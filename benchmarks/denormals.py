@@ -7,8 +7,9 @@ momentum 0.9, batch 32, one torch thread) on one client's train windows: the mod
 fitted (Adam at ``--fit-lr``, faster there than the protocol's SGD) until an epoch's mean loss
 falls under ``--target-loss`` (clients of late ``protohar:table2`` rounds reach ~1e-7) or for
 ``--max-epochs``: the regime in which the backward pass carries subnormal gradients. From that
-state the same ``--epochs`` of training run with the flush off and on, in alternating order, ``--repeats`` times each. Printed: CPU-ms per step (medians), the ratio, the
-subnormal gradients of one batch, and whether both sides end with the same weights bit for bit.
+state the same ``--epochs`` of training run with the flush off and on, in alternating order,
+``--repeats`` times each. Printed: CPU-ms per step (medians), the ratio, the subnormal gradients
+of one batch, and whether both sides end with the same weights bit for bit.
 """
 
 from __future__ import annotations
