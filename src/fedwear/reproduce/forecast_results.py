@@ -26,19 +26,31 @@ METRICS = KIND_METRICS["regression"]
 LABEL = {"mse": "MSE", "mae": "MAE", "mape": "MAPE (%)"}
 
 
+#: how far back the "last rounds" column looks: a row that stops short of the paper's rounds shows
+#: how much its MSE still moved over this many rounds before it stopped
+DRIFT_ROUNDS = 100
+
+
 def final_numbers(cfg, where: Path) -> dict | None:
     """Per view, the unweighted mean and population std over clients of each metric at the run's
-    last evaluated round (test split), plus its rounds and CPU time."""
+    last evaluated round (test split), plus its rounds, CPU time and the personalized MSE's change
+    since the last evaluated round at least ``DRIFT_ROUNDS`` earlier (``None`` without one)."""
     metrics = matching_metrics(cfg, where)
     if metrics is None:
         return None
     agg = aggregate_metrics(metrics, "uniform")
-    last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test")]
+    agg = agg[agg["split"] == "test"]
+    final = int(agg["round"].max())
+    last = agg[agg["round"] == final]
     views = {view: {r.metric: (float(r.mean), float(r.std)) for r in g.itertuples()}
              for view, g in last.groupby("view")}
-    cpu = total_cpu_s(where)
-    return {"rounds": int(metrics["round"].max()), "of": cfg.rounds, "views": views, "cpu_s": cpu,
-            "seed": cfg.seed}
+    mse = agg[(agg["view"] == "personalized") & (agg["metric"] == "mse")].set_index("round")["mean"]
+    earlier = mse[mse.index <= final - DRIFT_ROUNDS]
+    drift = None
+    if len(earlier) and final in mse.index:
+        drift = (int(earlier.index[-1]), float(mse[final] - earlier.iloc[-1]))
+    return {"rounds": final, "of": cfg.rounds, "views": views, "cpu_s": total_cpu_s(where),
+            "seed": cfg.seed, "drift": drift}
 
 
 def _pm(cells: list[tuple[float, float]]) -> str:
@@ -74,8 +86,9 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
            "second-best method (" + ", ".join(f"{LABEL[m]} {v:.3f}" for m, v in margin.items()) + ")."
            if has_ref else ""),
         "",
-        f"| Method | implementation | seeds | rounds run | {head} | CPU-s (1 thread) |",
-        "|" + "---|" * (4 + (3 if has_ref else 1) * len(METRICS) + 1),
+        f"| Method | implementation | seeds | rounds run | {head} | MSE change over the last "
+        f"{DRIFT_ROUNDS} rounds run | CPU-s (1 thread) |",
+        "|" + "---|" * (4 + (3 if has_ref else 1) * len(METRICS) + 2),
     ]
     for method in exp.methods:
         got = by_method.get(method, [])
@@ -95,8 +108,10 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
         rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
         cpu = _cpu([n["cpu_s"] for n in got])
+        drift = ", ".join(f"{d:+.3f} ({r} -> {n['rounds']})" for n in got if n["drift"]
+                          for r, d in [n["drift"]]) or "-"
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | "
-                     + " | ".join(cells) + f" | {cpu} |")
+                     + " | ".join(cells) + f" | {drift} | {cpu} |")
     naive = [n for runs_ in by_method.values() for n in runs_ if n["seed"] == min(r["seed"] for r in runs_)]
     if naive:
         lines += ["", "Naive forecasts on the same test windows (from the runs' evaluation; they do not "
