@@ -28,7 +28,7 @@ LABEL = {"mse": "MSE", "mae": "MAE", "mape": "MAPE (%)"}
 
 #: how far back the "last rounds" column looks: a row that stops short of the paper's rounds shows
 #: how much its MSE still moved over this many rounds before it stopped
-DRIFT_ROUNDS = 100
+DRIFT_ROUNDS = 50
 
 
 def final_numbers(cfg, where: Path) -> dict | None:
