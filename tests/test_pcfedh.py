@@ -146,6 +146,9 @@ def test_short_run_goes_through_the_phases(tmp_path: Path) -> None:
     assert rounds["n_clients"].tolist()[:2] == [n, n]  # module 1 and the categorisation: everyone
     assert all(k <= 2 * 2 for k in rounds["n_clients"].tolist()[2:])  # K clusters x M clients at most
     assert sorted(res.metrics["round"].unique()) == [3, 4, 5]  # only soft-clustering rounds are evaluated
+    log = (tmp_path / "r" / "run.log").read_text()
+    assert "round 2/5: 6 clients, no training loss," in log  # the categorisation round trains nothing
+    assert "train loss" in next(line for line in log.splitlines() if "round 3/5:" in line)
     again = fedwear.run(cfg, tmp_path / "again", quiet=True)
     pd.testing.assert_frame_equal(res.metrics, again.metrics)  # bit for bit
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 import pickle
 import time
@@ -135,9 +136,10 @@ class RunLog(Callback):
                  cfg.dataset.name, cfg.engine, cfg.rounds, cfg.seed, cfg.hash())
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
-        log.info("round %d/%d: %d clients, train loss %.4f, %d B down, %d B up, %.2f s%s", info.round,
-                 runner.cfg.rounds, len(info.clients), info.train_loss, info.bytes_down, info.bytes_up,
-                 info.wall_s, "" if info.aggregated else ", NOT aggregated")
+        loss = "no training loss" if math.isnan(info.train_loss) else f"train loss {info.train_loss:.4f}"
+        log.info("round %d/%d: %d clients, %s, %d B down, %d B up, %.2f s%s", info.round, runner.cfg.rounds,
+                 len(info.clients), loss, info.bytes_down, info.bytes_up, info.wall_s,
+                 "" if info.aggregated else ", NOT aggregated")
         heads = []
         how = runner.cfg.evaluation.client_weights
         shown = {"accuracy": "acc", "macro_f1": "f1", "mse": "mse", "mae": "mae"}
