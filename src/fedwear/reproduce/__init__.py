@@ -148,9 +148,9 @@ PCFEDH_VARIANTS = {
     "fedce": "reconstructed: neither FedCE's paper text nor code was available (PCFedH sec. 2.2, Table 1)", "fedproto": "ours: prototypes of heart-rate bins",
     "fedpcl": "ours: prototypes of heart-rate bins; body trained locally, a task head", "local": "each client alone (not in the paper's table)",
 }
-#: PCFedH with one module-1 round (1 + 1 categorisation + 500 soft-clustering rounds): a clustering
-#: round costs 15.6 CPU-min on PPG-DaLiA here (results/bench_pcfedh_rounds.md), ten of them more
-#: than the 500 soft rounds' first 200; the issue's protocol allows it where CPU is short, stated.
+#: PCFedH with one module-1 round (1 + 1 categorisation + 500 soft-clustering rounds): on PPG-DaLiA
+#: a clustering round costs as much as ~24 soft-clustering rounds (15.6 CPU-min against 38.9 CPU-s,
+#: results/bench_pcfedh_rounds.md), so ten of them cost about half of the 500 soft rounds.
 PCFEDH_ONE_CLUSTERING_ROUND = ("method_options.pcfedh.pcl_rounds=1", "rounds=502")
 PCFEDH_DIFFERENCES = (
     "PPG-DaLiA: every value of S*.csv is read (PCFedH's loader drops each subject's first value "
