@@ -108,8 +108,8 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
         rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
         cpu = _cpu([n["cpu_s"] for n in got])
-        drift = ", ".join(f"{d:+.3f} ({r} -> {n['rounds']})" for n in got if n["drift"]
-                          for r, d in [n["drift"]]) or "-"
+        drift = ", ".join(f"{n['drift'][1]:+.3f} ({n['drift'][0]} -> {n['rounds']})"
+                          for n in got if n["drift"]) or "-"
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | "
                      + " | ".join(cells) + f" | {drift} | {cpu} |")
     naive = [n for runs_ in by_method.values() for n in runs_ if n["seed"] == min(r["seed"] for r in runs_)]
