@@ -136,7 +136,7 @@ def test_forecasting_table_cells_are_means_over_clients_next_to_the_paper(tmp_pa
     config.write_text(dump_config(tiny_regression_config(**{
         "evaluation.client_weights": "uniform", "evaluation.views": "[personalized]"})))
     exp = rp.Experiment(key="tiny:hr", title="Tiny HR", config=str(config), methods=("fedavg", "fedprox"),
-                        paper="pcfedh:table2_ppg_dalia")
+                        paper="pcfedh:table2_ppg_dalia", flagged={"fedavg": "synthetic series"})
     monkeypatch.setitem(rp.EXPERIMENTS, exp.key, exp)
     from fedwear.reproduce import forecast_results
 
@@ -156,6 +156,7 @@ def test_forecasting_table_cells_are_means_over_clients_next_to_the_paper(tmp_pa
     # how much the MSE still moved over the run's last rounds (here the last one)
     assert cells[-3] == f"{last['mse'].mean() - before['mse'].mean():+.3f} ({final - 1} -> {final})"
     assert "| last_value |" in text and "| client_mean |" in text
+    assert "⚠" in row and "- **fedavg**: synthetic series." in text  # the flagged row's finding beside it
 
 
 def test_views_table_in_fedalis_shape(tmp_path, monkeypatch):

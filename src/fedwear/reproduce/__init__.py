@@ -152,6 +152,20 @@ PCFEDH_VARIANTS = {
 #: a clustering round costs as much as ~24 soft-clustering rounds (15.6 CPU-min against 38.9 CPU-s,
 #: results/bench_pcfedh_rounds.md), so ten of them cost about half of the 500 soft rounds.
 PCFEDH_ONE_CLUSTERING_ROUND = ("method_options.pcfedh.pcl_rounds=1", "rounds=502")
+#: What the investigation of each flagged row of pcfedh:table2-ppg_dalia found so far.
+PCFEDH_PPG_FLAGGED = {
+    "pcfedh": (
+        "open: seed 0 only. The 500 soft-clustering rounds are not the cause: its personalized MSE "
+        "moved by -0.003 from round 252 to 502 and not at all after round 322, where the median client "
+        "had taken part 262 times, so its StepLR had halved the learning rate 13 times (runs/"
+        "pcfedh-ppg_dalia/pcfedh-s0: metrics.csv, rounds.csv). The gap is PCFedH's own here: its "
+        "personal models score a higher MSE than FedAvg's one global model (round 170 of fedavg-s0) "
+        "on 10 of the 15 clients, and its mean sits under FedAvg's only through s8 (7.14 against "
+        "9.02), where the paper's PCFedH beats every baseline but FedProto and FedPCL by 0.048 to "
+        "0.188. Next: seeds 1-2 and the Table 3 ablations (the paper's K-means on raw windows, w/o "
+        "CRE, scores 2.565: its gain comes from the soft clustering, not from the encoder)"
+    ),
+}
 PCFEDH_DIFFERENCES = (
     "PPG-DaLiA: every value of S*.csv is read (PCFedH's loader drops each subject's first value "
     "as a header), so windows start one value earlier",
@@ -270,6 +284,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         variants=PCFEDH_VARIANTS,
         notes=notes,
         differences=PCFEDH_DIFFERENCES,
+        flagged=PCFEDH_PPG_FLAGGED if name == "ppg_dalia" else {},
         results=f"pcfedh_{name}.md",
     ) for name, title, notes in (
         ("ppg_dalia", "PPG-DaLiA",

@@ -19,7 +19,13 @@ from fedwear.compare import Planned
 from fedwear.config import KIND_METRICS
 from fedwear.evaluation.naive import NAIVE
 from fedwear.reproduce import Experiment, paper_table
-from fedwear.reproduce.run_files import header, matching_metrics, numbers_by_method, total_cpu_s
+from fedwear.reproduce.run_files import (
+    findings,
+    header,
+    matching_metrics,
+    numbers_by_method,
+    total_cpu_s,
+)
 from fedwear.summary import aggregate_metrics
 
 METRICS = KIND_METRICS["regression"]
@@ -90,6 +96,7 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
         f"{DRIFT_ROUNDS} rounds run | CPU-s (1 thread) |",
         "|" + "---|" * (4 + (3 if has_ref else 1) * len(METRICS) + 2),
     ]
+    warned: set[str] = set()  # methods with a ⚠ in their row
     for method in exp.methods:
         got = by_method.get(method, [])
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
@@ -105,6 +112,8 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
                     cells.append(f"{d:+.3f}" + (" ⚠" if abs(d) > margin[m] else ""))
                 else:
                     cells.append("")
+        if any("⚠" in c for c in cells):
+            warned.add(method)
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
         rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
         cpu = _cpu([n["cpu_s"] for n in got])
@@ -112,6 +121,7 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
                           for n in got if n["drift"]) or "-"
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | "
                      + " | ".join(cells) + f" | {drift} | {cpu} |")
+    lines += findings(exp, warned)
     naive = [n for runs_ in by_method.values() for n in runs_ if n["seed"] == min(r["seed"] for r in runs_)]
     if naive:
         lines += ["", "Naive forecasts on the same test windows (from the runs' evaluation; they do not "

@@ -17,6 +17,7 @@ from fedwear.reproduce import Experiment, default_out, experiment, paper_table, 
 from fedwear.reproduce.budget_results import write_budget_results
 from fedwear.reproduce.forecast_results import write_forecast_results
 from fedwear.reproduce.run_files import (
+    findings,
     header,
     matching_metrics,
     numbers_by_method,
@@ -146,13 +147,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
             speed += " (wall s)"
         lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | " + " | ".join(cells)
                      + f" | {best} | {speed} |")
-    flagged: dict[str, list[str]] = {}  # one bullet per finding, naming every method it explains
-    for m in exp.methods:
-        if m in exp.flagged and m in warned:
-            flagged.setdefault(exp.flagged[m], []).append(m)
-    if flagged:
-        lines += ["", "Rows flagged ⚠: what their investigation found (open: not explained yet):", ""]
-        lines += [f"- **{', '.join(methods)}**: {finding}." for finding, methods in flagged.items()]
+    lines += findings(exp, warned)
     lines += ["", "Each metric at its own best round (the maximum over rounds of each metric separately, "
               "as the code's `ResultLogging.average_data` would report):", "",
               "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]

@@ -91,6 +91,19 @@ def header(exp: Experiment, command: str, out: Path) -> list[str]:
     ]
 
 
+def findings(exp: Experiment, warned: set[str]) -> list[str]:
+    """The investigation of the flagged rows: one bullet per finding of ``exp.flagged``, naming
+    every method with a ⚠ in its row (``warned``) that the finding explains."""
+    by_finding: dict[str, list[str]] = {}
+    for m in exp.methods:
+        if m in exp.flagged and m in warned:
+            by_finding.setdefault(exp.flagged[m], []).append(m)
+    if not by_finding:
+        return []
+    return ["", "Rows flagged ⚠: what their investigation found (open: not explained yet):", "",
+            *(f"- **{', '.join(methods)}**: {finding}." for finding, methods in by_finding.items())]
+
+
 def seed_cell(values: list[float | None]) -> str:
     """A results cell over seeds: the mean, ± population std when there are several; missing
     (None, NaN) values left out, ``n/a`` when none is left."""
