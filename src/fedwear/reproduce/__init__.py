@@ -77,14 +77,6 @@ PROTOHAR_FLAGGED = {
     "fedavg": PROTOHAR_GLOBAL_MODEL_GAP,
     "fedprox": PROTOHAR_GLOBAL_MODEL_GAP,
     "moon": PROTOHAR_GLOBAL_MODEL_GAP,
-    "fedproto": (
-        "open: one seed, and the same size of move as FedProx's: an earlier run of the same config on older code "
-        "landed at 61.35 / 57.46 / 90.15 (Acc / F1 / AUC; Δ -1.4, -0.4, -2.2), this one 2.1 and 2.5 under in "
-        "accuracy and F1 and 1.0 under in AUC; which change between the two codes moved it is not traced. "
-        f"{PROTOHAR_SEED0_LOW} "
-        "FedProto is not in ProtoHAR's code, so whether the paper's AUC "
-        "scored the local classifier's logits (as here) or distances to the prototypes is not known"
-    ),
     "local": (
         "not the split: on the authors' split fedwear's SOLO reaches 52.60 (round 24 of 60), the authors' code "
         "54.69 (after 17 rounds of training; the best of its first 32 of 60 rounds, "
@@ -96,13 +88,6 @@ PROTOHAR_FLAGGED = {
         "differ by about 2 points either way, and the paper's figure is a three-seed mean. Every run peaks "
         "before round 25 and then sits lower (48-49 here), so the code's 300 rounds would not raise the best. "
         f"{PROTOHAR_SEED0_LOW} Open: seeds 1-2"
-    ),
-    "lgfedavg": (
-        "open: the body is local as in SOLO, and its gap (-3.8 accuracy, -4.9 F1 at seed 0) follows SOLO's "
-        "(-3.5, -3.4), which is run-to-run noise (see local); not yet run on the authors' split nor at seeds 1-2. "
-        f"{PROTOHAR_SEED0_LOW} LG-FedAvg's own code starts from a "
-        "FedAvg-trained model (main_lg.py requires --load_fed); the paper's 58.49, near its SOLO's 55.77 and far "
-        "under its FedAvg's 70.81, points to a run from scratch, as here"
     ),
     "fedhome": (
         "FedAvg's gap, and no gain from personalization here: FedHome's first 250 rounds are FedAvg's, bit for bit "
@@ -133,7 +118,7 @@ PROTOHAR_VARIANTS = {
     "fedproto": "FedProto code (lambda 1, L2; not in ProtoHAR's code)",
     "scaffold": "SCAFFOLD paper, option II (server lr 1; a momentum step counts as eta / (1 - beta); not in "
                 "ProtoHAR's code)",
-    "lgfedavg": "LG-FedAvg paper (local body, global head; not in ProtoHAR's code)",
+    "lgfedavg": "LG-FedAvg paper (local body, global head; from scratch, where its code starts from a FedAvg-trained model; not in ProtoHAR's code)",
     "centralized": "sanity row: one model on the pooled train windows (its rounds: see the notes)",
 }
 
