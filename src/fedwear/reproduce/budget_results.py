@@ -18,6 +18,9 @@ import numpy as np
 from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
+    FLAG,
+    delta_cell,
+    findings,
     header,
     matching_metrics,
     numbers_by_method,
@@ -48,12 +51,14 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
         *header(exp, command, out),
         "Cells: accuracy in %, weighted by test windows over users (Eq. 6) at the final round, mean ± "
         "population std over the seeds listed (each seed holds out its own meta-test users). Meta-train: the "
-        "training users after the method's personalisation; meta-test: held-out users after its adaptation.",
+        "training users after the method's personalisation; meta-test: held-out users after its adaptation. "
+        f"Δ = ours − paper; ⚠ where |Δ| > {FLAG:g} points.",
         "",
-        "| Method | budget | implementation | seeds | rounds run | meta-train | paper | meta-test | paper | "
+        "| Method | budget | implementation | seeds | rounds run | meta-train | paper | Δ | meta-test | paper | Δ | "
         "CPU-s (1 thread) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    warned: set[str] = set()  # methods with a ⚠ in a row
     for method in exp.methods:
         got = by_method[method]
         views = sorted({v for n in got for v in n["views"]})
@@ -66,12 +71,16 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             seeds = ",".join(str(n["seed"]) for n in got) or "-"
             rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
             cpu = np.nanmean([n["cpu_s"] for n in got]) if got else float("nan")
+            deltas = [delta_cell(train, ref[0]), delta_cell(test, ref[1])]
+            if any("⚠" in d for d in deltas):
+                warned.add(method)
             lines.append(
                 f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {seed_cell(train)} | "
-                f"{'' if ref[0] is None else ref[0]} | {seed_cell(test)} | {'' if ref[1] is None else ref[1]} | "
-                f"{'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
+                f"{'' if ref[0] is None else ref[0]} | {deltas[0]} | {seed_cell(test)} | "
+                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
     if paper["rows"]:
         lines += ["", f"Paper: {paper['source']}."]
+    lines += findings(exp, warned)
     text = "\n".join(lines) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

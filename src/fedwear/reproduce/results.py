@@ -17,6 +17,8 @@ from fedwear.reproduce import Experiment, default_out, experiment, paper_table, 
 from fedwear.reproduce.budget_results import write_budget_results
 from fedwear.reproduce.forecast_results import write_forecast_results
 from fedwear.reproduce.run_files import (
+    FLAG,
+    delta_cell,
     findings,
     header,
     matching_metrics,
@@ -28,7 +30,6 @@ from fedwear.reproduce.views_results import write_views_results
 from fedwear.summary import aggregate_metrics, best_round
 
 LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
-FLAG = 2.0  # points
 
 
 def run_numbers(cfg, where: Path) -> dict | None:
@@ -65,15 +66,6 @@ def run_numbers(cfg, where: Path) -> dict | None:
         "s_per_round": per_round,
         "clock": clock,
     }
-
-
-def _diff(ours: list[float], paper: float | None) -> str:
-    v = np.array(ours, float)
-    v = v[~np.isnan(v)]
-    if paper is None or not len(v):
-        return ""
-    d = v.mean() - paper
-    return f"{d:+.2f}" + (" ⚠" if abs(d) > FLAG else "")
 
 
 def rounds_to(curve: pd.Series, target: float) -> int | None:
@@ -122,7 +114,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         f"{cfg0.evaluation.client_weights}-weighted over clients)",
         "",
         "Cells: mean ± population std over the seeds listed, in %."
-        + (f" Δ = ours − {ref_label}; ⚠ where |Δ| > 2 points." if has_ref else ""),
+        + (f" Δ = ours − {ref_label}; ⚠ where |Δ| > {FLAG:g} points." if has_ref else ""),
         "",
         "| Method | implementation | seeds | rounds run | " + " | ".join(ref_cols(m) for m in LABEL)
         + " | best round | CPU-s/round (1 thread) |",
@@ -137,7 +129,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]
-            cells += [seed_cell(ours), f"{ref[m]:.2f}" if m in ref else "", _diff(ours, ref.get(m))] if has_ref \
+            cells += [seed_cell(ours), f"{ref[m]:.2f}" if m in ref else "", delta_cell(ours, ref.get(m))] if has_ref \
                 else [seed_cell(ours)]
         if any("⚠" in c for c in cells):
             warned.add(method)

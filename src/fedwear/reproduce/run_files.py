@@ -104,6 +104,20 @@ def findings(exp: Experiment, warned: set[str]) -> list[str]:
             *(f"- **{', '.join(methods)}**: {finding}." for finding, methods in by_finding.items())]
 
 
+#: A row is flagged where ours and the paper's differ by more than this (points).
+FLAG = 2.0
+
+
+def delta_cell(ours: list[float | None], paper: float | None) -> str:
+    """Ours (mean over seeds) minus the paper's, ⚠ past ``FLAG`` points; empty without both."""
+    v = np.array([x for x in ours if x is not None], float)
+    v = v[~np.isnan(v)]
+    if paper is None or not len(v):
+        return ""
+    d = v.mean() - paper
+    return f"{d:+.2f}" + (" ⚠" if abs(d) > FLAG else "")
+
+
 def seed_cell(values: list[float | None]) -> str:
     """A results cell over seeds: the mean, ± population std when there are several; missing
     (None, NaN) values left out, ``n/a`` when none is left."""
