@@ -174,10 +174,11 @@ PCFEDH_DIFFERENCES = (
 #: What the investigation of each flagged row of metahar:table1-usc_had found so far.
 METAHAR_USC_FLAGGED = {
     "metahar": (
-        "open: seed 0 only. The paper does not say which budget its figures belong to (listed beside n = 3): "
-        "at n = 2 the meta-train cell is within 1 point of its 93.79. The meta-test cell is one held-out user's "
-        "30 test windows per seed (a window moves it by 3.3 points; at seed 0: 21, 28 and 24 of 30 right at "
-        "n = 1, 2, 3, not rising with the budget), where the paper's is a mean over 5 repetitions; next: seeds 1-4"
+        "open: seeds 0-1 of 0-4. The paper does not say which budget its figures belong to (listed beside "
+        "n = 3): at n = 2 the meta-train cell is within 1 point of its 93.79. The meta-test cell is one held-out "
+        "user per seed, 30 test windows at seed 0 (3.3 points a window: 21, 28 and 24 right at n = 1, 2, 3, not "
+        "rising with the budget) and 101 at seed 1 (95, 99, 97), where the paper's is a mean over 5 "
+        "repetitions; next: seeds 2-4"
     ),
 }
 FEDALI_METHODS = ("centralized", "local", "fedavg", "fedper", "fedprox", "moon", "fedproto", "fedpac", "fedali")
