@@ -153,6 +153,11 @@ PCFEDH_PPG_FLAGGED = {
         "0.188. Next: seeds 1-2 and the Table 3 ablations (the paper's K-means on raw windows, w/o "
         "CRE, scores 2.565: its gain comes from the soft clustering, not from the encoder)"
     ),
+    "fedprox": (
+        "open: under way (seed 0, 260 of the 300 rounds it is planned to run here). Its MSE sits 0.46 above "
+        "FedAvg's, where a proximal weight of 0.01 should leave it near FedAvg; next: compare the two runs "
+        "round by round"
+    ),
     "fedavg": (
         "open: seed 0 only, 300 of the 500 rounds. The rounds left out are not the cause: its MSE moved by "
         "-0.003 over rounds 250-300, and by round 300 each client's StepLR (every client trains every round, "
