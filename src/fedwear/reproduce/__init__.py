@@ -71,7 +71,7 @@ PROTOHAR_SEED0_LOW = (
     "Seed 0 is the lowest of seeds 0-2 for each of the six methods run at three seeds (FedAvg, FedRep, ProtoHAR, "
     "FedProto, LG-FedAvg, SOLO), 0.9 to 2.3 points under their three-seed means, and every seed-0 run but "
     "MOON's starts from the same initial weights (their round-0 evaluations are identical, client by client): "
-    "a seed-0-only row is likely to sit under the paper's three-seed mean."
+    "a seed-0-only row is likely to sit under the paper's three-seed mean"
 )
 PROTOHAR_FLAGGED = {
     "fedavg": PROTOHAR_GLOBAL_MODEL_GAP,
