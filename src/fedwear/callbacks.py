@@ -23,7 +23,7 @@ from fedwear.evaluation.metrics import LOWER_IS_BETTER, rows_summary
 
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
-                 "train_loss", "eval_bytes_down", "eval_bytes_up"]
+                 "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes"]
 CHECKPOINT = "checkpoint.pkl"
 log = logging.getLogger("fedwear")
 
@@ -82,6 +82,7 @@ class CsvSink(Callback):
             "dropped": ";".join(f"{c}:{why}" for c, why in info.dropped.items()),
             "aggregated": int(info.aggregated), "train_loss": info.train_loss,
             "eval_bytes_down": info.eval_bytes_down, "eval_bytes_up": info.eval_bytes_up,
+            "training_bytes": info.training_bytes,
         }])
         self.timing.append([{"round": info.round, "wall_s": info.wall_s, "cpu_s": info.cpu_s}])
 

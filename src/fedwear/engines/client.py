@@ -18,6 +18,8 @@ from fedwear.seeding import derive_seed
 Row = dict[str, object]
 #: Logit of a class outside a client's own label space (probability 0 after softmax, ranked last).
 ABSENT_LOGIT = -1e9
+#: Reply scalar: peak bytes of the tensors the method held while training (``methods/footprint.py``).
+TRAINING_BYTES = "training_bytes"
 #: The ``client`` of the ``global_pooled`` view's one row per round (it has no train split: n_train 0).
 POOLED = "pooled"
 
@@ -135,7 +137,12 @@ class ClientRuntime:
         return derive_seed(self.cfg.seed, "fit", round, self.data.client_id)
 
     def fit(self, down: Record, state: Record, round: int) -> tuple[Record, Record]:
-        return self.method.fit(down, state, self.data, round, self.fit_seed(round))
+        """The method's ``fit``; the reply carries the tensor bytes it held (``TRAINING_BYTES``)."""
+        self.method.training_bytes = 0
+        up, state = self.method.fit(down, state, self.data, round, self.fit_seed(round))
+        if self.method.training_bytes:
+            up = Record(up.arrays, {**up.scalars, TRAINING_BYTES: self.method.training_bytes})
+        return up, state
 
     def evaluate(self, down: Record, state: Record, global_msg: Record | None, round: int, new: bool
                  ) -> tuple[list[Row], Record | None]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
-from fedwear.engines.client import Row, row_client
+from fedwear.engines.client import TRAINING_BYTES, Row, row_client
 from fedwear.methods import Method, Record, Task
 from fedwear.methods.api import Selection, client_classes
 from fedwear.seeding import client_schedule
@@ -51,6 +51,7 @@ class RoundInfo:
     eval_bytes_down: int = 0
     eval_bytes_up: int = 0
     cpu_s: float = float("nan")  # CPU time of the server's process (with sim: the round's whole work)
+    training_bytes: int = 0  # the largest of the replies' training_bytes (0: not measured)
 
 
 class Callback:
@@ -189,6 +190,7 @@ class Runner:
             train_loss=float(np.nanmean(losses)) if losses and not np.isnan(losses).all() else float("nan"),
             wall_s=0.0,
             aggregated=aggregated,
+            training_bytes=max((int(v.scalars.get(TRAINING_BYTES, 0)) for v in accepted.values()), default=0),
         )
         if self.evaluation_due(r):
             self.evaluate(r, info)

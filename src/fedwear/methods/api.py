@@ -137,6 +137,9 @@ class Method:
     #: Devices the method runs on (``device`` in a config). ``cuda`` is declared by each class
     #: itself, never inherited: a subclass with tensors of its own must place them first.
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    #: Peak bytes of the tensors the method held in its last ``fit`` (``methods/footprint.py``;
+    #: 0: not measured). ``FedAvg.train`` measures it, the engine reports it in ``rounds.csv``.
+    training_bytes: int = 0
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -20,6 +20,7 @@ from fedwear.evaluation.predictor import Predictor, digest
 from fedwear.methods import batched
 from fedwear.methods.api import FitJob, Method, Plan, Record, Task
 from fedwear.methods.api import Options as BaseOptions
+from fedwear.methods.footprint import tensor_bytes
 from fedwear.methods.training import (
     LocalOptimizer,
     LossFn,
@@ -105,6 +106,7 @@ class FedAvg(Method):
         if x is None or y is None:
             x, y = tensors(data)
         x, y = x.to(self.task.device), y.to(self.task.device)  # no copy on the CPU
+        self.training_bytes = max(self.training_bytes, tensor_bytes(self))
         return train_epochs(
             model, opt.optimizer, x, y,
             epochs=self.local_epochs if epochs is None else epochs,

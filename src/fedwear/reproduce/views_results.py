@@ -67,8 +67,9 @@ def view_numbers(cfg, where: Path) -> dict | None:
 
 
 def _cost(where: Path) -> dict:
-    """CPU seconds per training round (median) and training bytes per round (mean, down + up)."""
-    out = {"cpu_s": float("nan"), "bytes": float("nan")}
+    """CPU seconds per training round (median), training bytes per round (mean, down + up) and
+    the tensor bytes a client's method held while training (median of the rounds' largest)."""
+    out = {"cpu_s": float("nan"), "bytes": float("nan"), "held": float("nan")}
     t = timing(where)
     if len(t):
         t = t[t["round"] > 0]
@@ -80,6 +81,9 @@ def _cost(where: Path) -> dict:
         r = r[r["round"] > 0]
         if len(r):
             out["bytes"] = float((r["bytes_down"] + r["bytes_up"]).mean())
+            held = r["training_bytes"].dropna() if "training_bytes" in r else pd.Series(dtype=float)
+            if (held > 0).any():  # 0: not measured (older runs, the batched engine's vectorised path)
+                out["held"] = float(held[held > 0].median())
     return out
 
 
@@ -133,20 +137,35 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
 
 
 def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str]:
-    """FedAli's Table 3 shape: local training CPU and bytes per round, relative to FedAvg."""
+    """FedAli's Table 3 shape: local training CPU, the memory a client's method holds and bytes per
+    round, each relative to FedAvg."""
+    keys = ("cpu_s", "held", "bytes")
+
+    def mean(got: list[dict], key: str) -> float:
+        v = np.array([n[key] for n in got], float)
+        return float(np.nanmean(v)) if (~np.isnan(v)).any() else float("nan")
+
+    def cell(value: float, scale: float, fmt: str) -> str:
+        return "n/a" if np.isnan(value / scale) else fmt.format(value / scale)
+
     base = by_method.get("fedavg") or []
-    cpu0 = np.nanmean([n["cpu_s"] for n in base]) if base else float("nan")
-    bytes0 = np.nanmean([n["bytes"] for n in base]) if base else float("nan")
+    ref = {k: mean(base, k) if base else float("nan") for k in keys}
     lines = ["", "## Cost per round relative to FedAvg (FedAli's Table 3 shape)", "",
              "CPU: median CPU seconds of a round (all of the round's clients, one thread, the round's "
-             "evaluation included); bytes: training messages down + up per round.", "",
-             "| Method | CPU-s / round | × FedAvg | MB / round | × FedAvg |", "|---|---|---|---|---|"]
+             "evaluation included); memory: the tensors a client's method holds while it trains (its "
+             "models, anchors and prototypes; not the data, optimiser state or activations: "
+             "`training_bytes` in rounds.csv); bytes: training messages down + up per round. "
+             "× FedAvg is n/a until FedAvg has run.", "",
+             "| Method | CPU-s / round | × FedAvg | memory MB | × FedAvg | MB / round | × FedAvg |",
+             "|---|---|---|---|---|---|---|"]
     for method, got in by_method.items():
         if not got:
             continue
-        cpu = np.nanmean([n["cpu_s"] for n in got])
-        mb = np.nanmean([n["bytes"] for n in got])
-        lines.append(f"| {method} | {cpu:.1f} | {cpu / cpu0:.2f}× | {mb / 1e6:.2f} | {mb / bytes0:.2f}× |")
+        v = {k: mean(got, k) for k in keys}
+        lines.append(
+            f"| {method} | {cell(v['cpu_s'], 1, '{:.1f}')} | {cell(v['cpu_s'], ref['cpu_s'], '{:.2f}×')} | "
+            f"{cell(v['held'], 1e6, '{:.2f}')} | {cell(v['held'], ref['held'], '{:.2f}×')} | "
+            f"{cell(v['bytes'], 1e6, '{:.2f}')} | {cell(v['bytes'], ref['bytes'], '{:.2f}×')} |")
     return lines
 
 
