@@ -3,6 +3,7 @@ the model plus each method's anchors, reported per round in rounds.csv."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -40,7 +41,7 @@ def test_each_storage_counts_once_and_numpy_arrays_not_at_all():
     h.weights = torch.zeros(10)  # 40 bytes
     h.view = h.weights[:5]  # the same storage
     h.copies = [torch.zeros(2, dtype=torch.float64), {"again": h.weights}]  # 16 new bytes
-    h.numbers = __import__("numpy").zeros(1000)  # the engine's copies: not a client's tensors
+    h.numbers = np.zeros(1000)  # the engine's copies: not a client's tensors
     assert tensor_bytes(h) == 56
 
 
@@ -48,7 +49,7 @@ def test_fedavg_holds_its_model_and_fedprox_the_global_model_beside_it():
     fedavg, up = fitted("fedavg")
     size = model_bytes(fedavg.model)
     assert up.scalars[TRAINING_BYTES] == size
-    fedprox, up = fitted("fedprox")
+    _, up = fitted("fedprox")
     assert 2 * size <= up.scalars[TRAINING_BYTES] < 2 * size + 64  # w and w_global (+ the weights vector)
 
 

@@ -148,8 +148,7 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
     def cell(value: float, scale: float, fmt: str) -> str:
         return "n/a" if np.isnan(value / scale) else fmt.format(value / scale)
 
-    base = by_method.get("fedavg") or []
-    ref = {k: mean(base, k) if base else float("nan") for k in keys}
+    ref = {k: mean(by_method.get("fedavg") or [], k) for k in keys}
     lines = ["", "## Cost per round relative to FedAvg (FedAli's Table 3 shape)", "",
              "CPU: median CPU seconds of a round (all of the round's clients, one thread, the round's "
              "evaluation included); memory: the tensors a client's method holds while it trains (its "
