@@ -172,6 +172,10 @@ PCFEDH_PPG_FLAGGED = {
         "learning rate 32-fold by round 100; FedALA's own step (eta 0.1) is not decayed. Next: whether that "
         "step drives the rise, and seeds 1-2"
     ),
+    "ifca": (
+        "open: under way (seed 0, 100 of the 300 rounds it is planned to run here); its MSE still moved by "
+        "-0.059 over rounds 50-100"
+    ),
     "fedavg": (
         "open: seed 0 only, 300 of the 500 rounds. The rounds left out are not the cause: its MSE moved by "
         "-0.003 over rounds 250-300, and by round 300 each client's StepLR (every client trains every round, "
