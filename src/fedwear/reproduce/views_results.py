@@ -93,12 +93,6 @@ def _pm(cells: list[tuple[float, float]]) -> str:
     return f"{np.mean([c[0] for c in cells]):.2f} ± {np.mean([c[1] for c in cells]):.2f}"
 
 
-def _mean(values: list[float], fmt: str = "{:.2f}") -> str:
-    v = np.array(values, float)
-    v = v[~np.isnan(v)]
-    return fmt.format(v.mean()) if len(v) else "n/a"
-
-
 def write_views_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
     by_method = numbers_by_method(runs, exp.methods, view_numbers)
     lines = [
