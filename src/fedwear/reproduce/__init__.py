@@ -175,9 +175,10 @@ PCFEDH_PPG_FLAGGED = {
         "metrics.csv, checkpoint.pkl). FedALA's own step (eta 0.1) is not the cause: on gradients of an MSE of "
         "~5e-4 it barely moves W. Its MAE gap (+0.007) is thus FedAvg's (+0.009): open there (seeds 1-2)"
     ),
-    "ifca": (
-        "open: under way (seed 0, 100 of the 300 rounds it is planned to run here); its MSE still moved by "
-        "-0.059 over rounds 50-100"
+    "fedsoft": (
+        "open: under way (seed 0, 150 of its 500 training rounds, each after an estimation round); its MSE still "
+        "moved by -0.106 over its last 30 training rounds. It sits under the paper's FedSoft (2.737), and under "
+        "this table's PCFedH (2.673), which differs from it only in how u_ik is found and how often (SPECS 1.6)"
     ),
     "fedavg": (
         "open: seed 0 only, 300 of the 500 rounds. The rounds left out are not the cause: its MSE moved by "
