@@ -176,9 +176,24 @@ PCFEDH_PPG_FLAGGED = {
         "~5e-4 it barely moves W. Its MAE gap (+0.007) is thus FedAvg's (+0.009): open there (seeds 1-2)"
     ),
     "fedsoft": (
-        "open: under way (seed 0, 150 of its 500 training rounds, each after an estimation round); its MSE still "
-        "moved by -0.106 over its last 30 training rounds. It sits under the paper's FedSoft (2.737), and under "
-        "this table's PCFedH (2.673), which differs from it only in how u_ik is found and how often (SPECS 1.6)"
+        "open: seed 0 only. It converged (-0.001 over its last 30 training rounds) 0.131 under the paper's "
+        "FedSoft and 0.067 under this table's PCFedH, which differs from it only in how u_ik is found and how "
+        "often (SPECS 1.6), so the paper's gain of PCFedH over FedSoft (its Table 3, w/o DCP) does not appear "
+        "at seed 0. By its last round FedSoft's min-loss u is nearly uniform (each client's largest u_ik is "
+        "0.36-0.47, on the same cluster for all 15 clients: its cluster models have become alike, so its "
+        "proximal term pulls every personal model towards their mean), while PCFedH's encoder-based u is "
+        "peaked (largest u_ik 0.38-1.00; one cluster holds at most 0.04 of any client) (the u arrays of both "
+        "runs' checkpoint.pkl). The paper gives no settings of its FedSoft run. Next: seeds 1-2 and Table 3's "
+        "w/o SC"
+    ),
+    "fedce": (
+        "open: under way (seed 0, 220 of the 300 rounds planned here); its MSE still moved by -0.010 over "
+        "rounds 170-220"
+    ),
+    "fedproto": (
+        "open: under way (seed 0, 50 of the 300 rounds planned here). How the paper turned FedProto into a "
+        "forecaster is not described (SPECS 1.6); this row is fedwear's own conversion (prototypes of "
+        "heart-rate bins beside the MSE), so the paper's 23.133 is not a target it is expected to meet"
     ),
     "fedavg": (
         "open: seed 0 only, 300 of the 500 rounds. The rounds left out are not the cause: its MSE moved by "
