@@ -171,8 +171,8 @@ PCFEDH_PPG_FLAGGED = {
         "epochs at a learning rate decayed 32-fold still moved each client off the global model; by round 300 "
         "(decayed 2^15-fold) every client's model differs from the global one by at most 1.5e-4 in any "
         "weight, its ALA weights W are 0.97-1.00 (so w_hat is the global head), and its per-client MSE equals "
-        "fedavg-s0's at round 300 within 0.027 (means 2.656 and 2.660; runs/pcfedh-ppg_dalia/fedala-s0: "
-        "metrics.csv, checkpoint.pkl). FedALA's own step (eta 0.1) is not the cause: on gradients of an MSE of "
+        "fedavg-s0's at round 300 within 0.027 (means 2.656 and 2.660; metrics.csv; weights and W: python "
+        "scripts/client_drift.py results/runs/pcfedh-ppg_dalia/fedala-s0). FedALA's own step (eta 0.1) is not the cause: on gradients of an MSE of "
         "~5e-4 it barely moves W. Its MAE gap (+0.007) is thus FedAvg's (+0.009): open there (seeds 1-2)"
     ),
     "fedsoft": (
@@ -182,8 +182,8 @@ PCFEDH_PPG_FLAGGED = {
         "at seed 0. By its last round FedSoft's min-loss u is nearly uniform (each client's largest u_ik is "
         "0.36-0.47, on the same cluster for all 15 clients: its cluster models have become alike, so its "
         "proximal term pulls every personal model towards their mean), while PCFedH's encoder-based u is "
-        "peaked (largest u_ik 0.38-1.00; one cluster holds at most 0.04 of any client) (the u arrays of both "
-        "runs' checkpoint.pkl). The paper gives no settings of its FedSoft run. Next: seeds 1-2 and Table 3's "
+        "peaked (largest u_ik 0.38-1.00; one cluster holds at most 0.04 of any client) (python scripts/"
+        "client_drift.py on both run folders). The paper gives no settings of its FedSoft run. Next: seeds 1-2 and Table 3's "
         "w/o SC"
     ),
     "fedce": (
