@@ -43,7 +43,11 @@ def describe(run: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders holding a checkpoint.pkl")
-    for run in parser.parse_args().runs:
+    runs = parser.parse_args().runs
+    for run in runs:
+        if not (run / "checkpoint.pkl").is_file():
+            parser.error(f"{run}: no checkpoint.pkl there; pass a run folder of a run with checkpoints")
+    for run in runs:
         describe(run)
 
 
