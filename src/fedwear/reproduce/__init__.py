@@ -186,10 +186,6 @@ PCFEDH_PPG_FLAGGED = {
         "client_drift.py on both run folders). The paper gives no settings of its FedSoft run. Next: seeds 1-2 and Table 3's "
         "w/o SC"
     ),
-    "fedce": (
-        "open: under way (seed 0, 220 of the 300 rounds planned here); its MSE still moved by -0.010 over "
-        "rounds 170-220"
-    ),
     "fedproto": (
         "open: under way (seed 0, 50 of the 300 rounds planned here). How the paper turned FedProto into a "
         "forecaster is not described (SPECS 1.6); this row is fedwear's own conversion (prototypes of "
