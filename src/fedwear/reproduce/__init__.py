@@ -196,6 +196,13 @@ PCFEDH_PPG_FLAGGED = {
         "scores 2.613 against Local's 2.577, and it keeps improving over 1,500 (metrics.csv of fedproto-s0 "
         "and local-s0)"
     ),
+    "fedpcl": (
+        "open: under way (seed 0, 130 of the 300 rounds planned here). This row is fedwear's own conversion "
+        "(SPECS 1.6: the paper's is not described): the prototype-contrastive losses (tau 0.07) on 10-bpm "
+        "bins of the target beside the MSE, each client's body trained locally. Its mean MSE swings between "
+        "evaluations (5.8-7.8 over rounds 80-130, client s6 alone 13.7-26.4) and stays above the MSE of "
+        "repeating the last value (4.748), as the paper's FedPCL (11.239) does (metrics.csv of fedpcl-s0)"
+    ),
     "fedavg": (
         "open: seed 0 only, 300 of the 500 rounds. The rounds left out are not the cause: its MSE moved by "
         "-0.003 over rounds 250-300, and by round 300 each client's StepLR (every client trains every round, "
