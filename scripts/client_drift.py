@@ -15,15 +15,15 @@ weights ``u`` with its largest entry (FedSoft, PCFedH). The findings of
 from __future__ import annotations
 
 import argparse
-import pickle
 from pathlib import Path
 
 import numpy as np
 
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
+from fedwear.errors import FedwearError
 
-def describe(run: Path) -> None:
-    with open(run / "checkpoint.pkl", "rb") as f:
-        ck = pickle.load(f)
+
+def describe(run: Path, ck: dict) -> None:
     server, clients = ck["server"].arrays, ck["clients"]
     print(f"{run} (round {ck['round']}, {len(clients)} clients)")
     shared = [k for k in server if all(k in c.arrays for c in clients.values())]
@@ -44,11 +44,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders holding a checkpoint.pkl")
     runs = parser.parse_args().runs
+    checkpoints = []
     for run in runs:
-        if not (run / "checkpoint.pkl").is_file():
-            parser.error(f"{run}: no checkpoint.pkl there; pass a run folder of a run with checkpoints")
-    for run in runs:
-        describe(run)
+        if not (run / CHECKPOINT).is_file():
+            parser.error(f"{run}: no {CHECKPOINT} there; pass a run folder of a run with checkpoints")
+        try:
+            checkpoints.append(load_checkpoint(run / CHECKPOINT))
+        except FedwearError as e:
+            parser.error(str(e))
+    for run, ck in zip(runs, checkpoints, strict=True):
+        describe(run, ck)
 
 
 if __name__ == "__main__":
