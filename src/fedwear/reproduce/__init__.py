@@ -205,8 +205,8 @@ PCFEDH_PPG_FLAGGED = {
         "predictions follow each series (correlation 0.86-0.99 with the true heart rate) but overshoot: on s10 "
         "(MSE 11.7 against Local's 0.66) they span 61-123 bpm where the true values span 68-108, on s6 "
         "(19.5) up to 133 where the true values stop at 120; every client scores worse than its Local model "
-        "(metrics.csv of fedpcl-s0 and local-s0; the predictions: fedwear's report.forecast on the run's "
-        "checkpoint). Next: the same run with the contrastive weight ld = 0, to tell the losses from the "
+        "(metrics.csv of fedpcl-s0 and local-s0; the predictions: python scripts/forecast_range.py "
+        "results/runs/pcfedh-ppg_dalia/fedpcl-s0 ../shared/data/ppg_dalia_hr s1 ... s15). Next: the same run with the contrastive weight ld = 0, to tell the losses from the "
         "projection network"
     ),
     "fedavg": (
@@ -230,7 +230,7 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "above the other 62 gives a population std of 153.9 and lifts the mean by 19.5, and our std (151.7) "
         "is the paper's; its IFCA, FedCE and FedPCL cells fit one such client as well (1,213, 1,124 and "
         "1,956 above the rest). Read the means of this table with that client in mind (metrics.csv of "
-        "fedavg-s0; the heart rates: data/distracted_driving T009, T015)"
+        "fedavg-s0; the heart rates: python scripts/heart_rate_levels.py ../shared/data)"
     ),
     "fedprox": (
         "open: seed 0, 50 of the 500 rounds. The same two clients make its mean (t015 793, t009 532, both "
@@ -397,7 +397,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         notes=("35 clients, Empatica HR at 1 Hz, the PPG-DaLiA protocol otherwise. Empatica's HR.csv is a "
                "smoothed estimate: it moves by 0.12 bpm a second at the median (0.89 at the 99th "
                "percentile, over all 35 files), so repeating the last value already scores an MSE of "
-               "~0.07 bpm²: read the methods' errors at that scale"),
+               "~0.07 bpm²: read the methods' errors at that scale (python scripts/heart_rate_levels.py "
+               "../shared/data)"),
         results="pcfedh_stress_predict.md",
         folder="pcfedh-stress_predict",
     ),
