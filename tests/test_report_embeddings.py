@@ -117,6 +117,35 @@ def test_global_model_embeddings_equal_server_features(compare_dir):
         np.testing.assert_allclose(got[c.client_id], want, rtol=1e-5, atol=1e-6)
 
 
+def test_trained_personal_models_are_the_embeddings_and_a_paused_run_says_why_not(tmp_path):
+    """``personal_model: trained``: each client's embeddings come from its trained model in the
+    checkpoint (as the run evaluated it), not the global one; a paused run's checkpoint leaves those
+    models out (the next round rebuilds them), so it gets a reason instead of other embeddings."""
+    from fedwear.api import run
+
+    cfg = tiny_config(rounds=3, clients_per_round=6, **{"evaluation.personal_model": "trained"})
+    run(cfg, tmp_path / "r", until=2)
+    data = load_data(cfg)
+    method = build_method(Task.of(cfg, data))
+    paused = body_embeddings(method, load_checkpoint(tmp_path / "r" / "checkpoint.pkl"), data.clients, cfg)
+    assert isinstance(paused, str) and "paused run" in paused
+    run(cfg, tmp_path / "r", resume=True)
+    ckpt = load_checkpoint(tmp_path / "r" / "checkpoint.pkl")
+    got = body_embeddings(method, ckpt, data.clients, cfg)
+    c = data.clients[0]
+    model = build_method(Task.of(cfg, data)).new_model()
+    load_arrays(model, {k.removeprefix("trained."): v for k, v in ckpt["clients"][c.client_id].arrays.items()})
+    model.eval()
+    with torch.no_grad():
+        want = model.features(torch.from_numpy(c.test.x)).numpy()
+        glob = build_method(Task.of(cfg, data)).new_model()
+        load_arrays(glob, ckpt["server"].arrays)
+        glob.eval()
+        other = glob.features(torch.from_numpy(c.test.x)).numpy()
+    np.testing.assert_allclose(got[c.client_id], want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got[c.client_id], other)
+
+
 def test_run_without_checkpoint_is_skipped(compare_dir, tmp_path):
     cmp = tmp_path / "cmp"
     for method in METHODS:

@@ -282,6 +282,33 @@ def test_until_pauses_a_run_that_resume_then_finishes_bit_for_bit(tmp_path):
     assert (tmp_path / "p" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
 
 
+def test_a_paused_checkpoint_leaves_out_only_the_trained_models_the_next_fit_rebuilds(tmp_path):
+    """``personal_model: trained``: a checkpoint before the last round leaves out the ``trained.``
+    model of the clients that fit first in the next round (their fit rebuilds it unread) and keeps
+    the others' (evaluated before they train again); the continuation equals an uninterrupted run
+    bit for bit, and the last round's checkpoint keeps every model."""
+    from fedwear.api import run
+    from fedwear.callbacks import load_checkpoint
+    from fedwear.seeding import client_schedule
+
+    def has_trained(state):
+        return any(k.startswith("trained.") for k in state.arrays)
+
+    for per_round in (6, 3):  # all 6 clients, then half of them each round
+        cfg = tiny_config(rounds=4, clients_per_round=per_round, **{"evaluation.personal_model": "trained"})
+        out = tmp_path / f"p{per_round}"
+        run(cfg, out, until=2)
+        states = load_checkpoint(out / "checkpoint.pkl")["clients"]
+        schedule = client_schedule(cfg.seed, ["s01", "s02", "s03", "s05", "s06", "s07"], cfg.rounds, per_round)
+        kept = set(schedule[0] + schedule[1]) - set(schedule[2])  # trained, and evaluated before training again
+        assert {c for c, st in states.items() if has_trained(st)} == kept
+        assert bool(kept) == (per_round == 3)
+        run(cfg, out, resume=True)
+        ref = run(cfg, tmp_path / f"ref{per_round}")
+        assert (out / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
+        assert all(has_trained(st) for st in load_checkpoint(out / "checkpoint.pkl")["clients"].values())
+
+
 def test_until_is_refused_where_the_paused_run_could_not_be_continued(tmp_path):
     """Without checkpoints (or on flower-sim, which cannot resume) a paused run would be lost:
     refused before the folder is touched."""

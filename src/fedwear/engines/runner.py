@@ -131,6 +131,13 @@ class Runner:
             if type(cb).__name__ in saved and hasattr(cb, "load_state_dict"):
                 cb.load_state_dict(saved[type(cb).__name__])
 
+    def refit_next(self, r: int) -> list[str]:
+        """The clients certain to fit in round ``r + 1`` before anything reads their states: the
+        up-front schedule's, when the method keeps the default selection; none after the last round."""
+        if r >= self.cfg.rounds or type(self.method).select is not Method.select:
+            return []
+        return self.schedule[r]
+
     def evaluation_due(self, r: int) -> bool:
         return self.method.evaluation_due(r, self.cfg.evaluation.every, self.cfg.rounds)
 

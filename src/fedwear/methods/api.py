@@ -215,6 +215,12 @@ class Method:
     def global_predictor(self, message: Record) -> Predictor:
         raise NotImplementedError
 
+    def rebuilt_by_fit(self) -> tuple[str, ...]:
+        """Prefixes of client-state keys that the client's next ``fit`` writes anew without reading
+        them (FedAvg's ``trained.`` model): a checkpoint leaves them out for the clients whose next
+        round starts with their fit (:class:`fedwear.callbacks.Checkpointer`). Default: none."""
+        return ()
+
     def trained_predictor(self, state: Record) -> Predictor | None:
         """The model a client holds right after its latest local training, when its state keeps it
         (``evaluation.personal_model: trained``); None otherwise."""

@@ -239,6 +239,10 @@ class FedAvg(Method):
     def keeps_trained(self) -> bool:
         return self.task.config.evaluation.personal_model == "trained"
 
+    def rebuilt_by_fit(self) -> tuple[str, ...]:
+        """The ``trained.`` model: every ``fit`` replaces it and none reads it."""
+        return (TRAINED,) if self.keeps_trained else ()
+
     def trained_predictor(self, state: Record) -> Predictor | None:
         """The model the client holds after its latest local training (``trained.`` in its state)."""
         trained = {k[len(TRAINED):]: v for k, v in state.arrays.items() if k.startswith(TRAINED)}

@@ -169,6 +169,8 @@ def class_names(cfg: RunConfig, data: FederatedData) -> list[str]:
 # ---- embeddings -----------------------------------------------------------------------------
 def model_text(m: Method) -> str:
     """Which weights a client's body and head come from, in words."""
+    if m.task.config.evaluation.personal_model == "trained" and m.rebuilt_by_fit():
+        return "each client's model right after its latest local training (evaluation.personal_model: trained)"
     shared, personal = tuple(getattr(m, "shared", ())), tuple(getattr(m, "personal", ()))
     parts = []
     if shared:
@@ -183,8 +185,13 @@ def model_text(m: Method) -> str:
 def missing_states(m: Method, checkpoint: dict) -> str | None:
     """Why the personal predictors cannot be rebuilt from ``checkpoint`` (its client states are
     missing though the method keeps personal parts on the clients), or None."""
-    if getattr(m, "personal", ()) and not checkpoint.get("clients"):
+    states = checkpoint.get("clients") or {}
+    if getattr(m, "personal", ()) and not states:
         return "its checkpoint holds no client states (the personal parts live on the clients)"
+    rebuilt = m.rebuilt_by_fit()
+    if rebuilt and any(not any(k.startswith(rebuilt) for k in st.arrays) for st in states.values()):
+        return ("its checkpoint leaves out the trained models the next round rebuilds (a paused run): "
+                "report it once it has finished")
     return None
 
 
@@ -198,7 +205,8 @@ def client_predictor(m: Method, checkpoint: dict, client: ClientData, cfg: RunCo
     state = (checkpoint.get("clients") or {}).get(cid, Record())
     down = m.evaluation_message(server, cid, round)
     seed = derive_seed(cfg.seed, "personalize", round, cid)
-    return m.personal_predictor(down, m.personalize(down, state, client, seed))
+    trained = m.trained_predictor(state) if cfg.evaluation.personal_model == "trained" else None
+    return trained if trained is not None else m.personal_predictor(down, m.personalize(down, state, client, seed))
 
 
 def body_embeddings(m: Method, checkpoint: dict, clients: list[ClientData], cfg: RunConfig
