@@ -229,8 +229,10 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "mean is 2.136 +- 1.391 (61 clients). The paper's cell has the same shape: a single client 1,231 "
         "above the other 62 gives a population std of 153.9 and lifts the mean by 19.5, and our std (151.7) "
         "is the paper's; its IFCA, FedCE and FedPCL cells fit one such client as well (1,213, 1,124 and "
-        "1,956 above the rest). Read the means of this table with that client in mind (metrics.csv of "
-        "fedavg-s0; the heart rates: python scripts/heart_rate_levels.py ../shared/data)"
+        "1,956 above the rest). Read the means of this table with that client in mind (python "
+        "scripts/client_errors.py results/runs/pcfedh-distracted_driving/fedavg-s0 --without t015,t009 "
+        "--paper-std 153.889 151.646 140.433 244.490; the heart rates: python scripts/heart_rate_levels.py "
+        "../shared/data)"
     ),
     "fedprox": (
         "open: seed 0, 50 of the 500 rounds. The same two clients make its mean (t015 793, t009 532, both "
@@ -238,7 +240,8 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "above FedAvg's 2.136, as on PPG-DaLiA, where mu = 0.01 slows every client (that table's FedProx "
         "finding). Unlike the paper's FedAvg, IFCA and FedCE cells, its FedProx cell (1.665 +- 1.209) holds "
         "no such client: its FedProx followed those two, which one global model does not do here in 50 "
-        "rounds (metrics.csv of fedprox-s0)"
+        "rounds (python scripts/client_errors.py results/runs/pcfedh-distracted_driving/fedprox-s0 --without "
+        "t015,t009)"
     ),
 }
 #: Per dataset of pcfedh:table2-<name>: the flagged rows' findings.
