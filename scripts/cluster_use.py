@@ -1,0 +1,66 @@
+"""Which cluster models of clustered runs (IFCA, FedCE, FedSoft, ...) ever trained, and whether two
+runs evaluated the same numbers.
+
+Usage (from the repository root, with fedwear installed)::
+
+    python scripts/cluster_use.py ../shared/data/ppg_dalia_hr results/runs/pcfedh-ppg_dalia/ifca-s0 \\
+        results/runs/pcfedh-ppg_dalia/fedce-s0
+
+For each run folder: the largest change of each server-side cluster model (``cluster<k>.*``) between
+the method's initial server state and the run's checkpoint; a cluster at 0.0 never trained. With
+two or more runs: whether their checkpoints hold the same cluster models and their metrics.csv the
+same personalized test rows. The IFCA and FedCE notes of the ``pcfedh:table2-*`` tables cite it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedwear.callbacks import load_checkpoint
+from fedwear.methods import Task, build_method
+from fedwear.report.embeddings import load_data, run_config
+
+
+def cluster_moves(run: Path, root: str) -> tuple[int, dict[int, float], dict[str, np.ndarray]]:
+    cfg = run_config(run, Path(root))
+    initial = build_method(Task.of(cfg, load_data(cfg))).init_server().arrays
+    ckpt = load_checkpoint(run / "checkpoint.pkl")
+    arrays = ckpt["server"].arrays
+    moves: dict[int, float] = {}
+    for key, start in initial.items():
+        if m := re.match(r"cluster(\d+)\.", key):
+            k = int(m.group(1))
+            moves[k] = max(moves.get(k, 0.0), float(np.abs(arrays[key] - start).max()))
+    return int(ckpt["round"]), moves, {k: v for k, v in arrays.items() if k.startswith("cluster")}
+
+
+def personalized_rows(run: Path) -> pd.DataFrame:
+    m = pd.read_csv(run / "metrics.csv")
+    return m[(m["view"] == "personalized") & (m["split"] == "test")].reset_index(drop=True)
+
+
+def main(root: str, runs: list[Path]) -> None:
+    clusters = {}
+    for run in runs:
+        r, moves, clusters[run] = cluster_moves(run, root)
+        trained = [k for k, v in sorted(moves.items()) if v > 0]
+        text = ", ".join(f"cluster{k} {v:.4g}" for k, v in sorted(moves.items()))
+        print(f"{run.name} (checkpoint round {r}): largest change from the initial model: {text}; "
+              f"trained: {len(trained)} of {len(moves)}")
+    for other in runs[1:]:
+        a, b = clusters[runs[0]], clusters[other]
+        same_models = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+        same_rows = personalized_rows(runs[0]).equals(personalized_rows(other))
+        print(f"{runs[0].name} vs {other.name}: same cluster models: {same_models}; "
+              f"same personalized test rows in metrics.csv: {same_rows}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: python scripts/cluster_use.py DATA_ROOT RUN_DIR [RUN_DIR ...]")
+    main(sys.argv[1], [Path(p) for p in sys.argv[2:]])
