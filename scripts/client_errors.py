@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python scripts/client_errors.py results/runs/pcfedh-distracted_driving/fedavg-s0 ... --without t015,t009
     python scripts/client_errors.py --paper-std 153.889 151.646 --clients 63
 
-For each run folder: the last round in its metrics.csv with personalized test rows, the mean ±
+For each run folder: the last round in its metrics.csv (or ``--round``) with personalized test rows, the mean ±
 population std of the clients' MSE (unweighted, as PCFedH's tables), the three largest clients,
 and the same mean ± std without the clients of ``--without``. With ``--paper-std``: how far a
 single client would have to sit above ``--clients - 1`` equal others to give that population std
@@ -22,11 +22,12 @@ from pathlib import Path
 import pandas as pd
 
 
-def last_round_errors(run_dir: Path, metric: str = "mse") -> tuple[int, pd.Series]:
-    """Round and per-client ``metric`` of the run's last evaluated round (personalized view, test)."""
+def last_round_errors(run_dir: Path, metric: str = "mse", round: int | None = None) -> tuple[int, pd.Series]:
+    """Round and per-client ``metric`` of the run's last evaluated round (or ``round``; personalized
+    view, test split)."""
     m = pd.read_csv(run_dir / "metrics.csv")
     m = m[(m["view"] == "personalized") & (m["split"] == "test")]
-    r = int(m["round"].max())
+    r = int(m["round"].max()) if round is None else round
     last = m[m["round"] == r]
     return r, pd.Series(last[metric].to_numpy(float), index=last["client"].astype(str))
 
@@ -38,13 +39,14 @@ def mean_std(values: pd.Series) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", type=Path, help="run folders (metrics.csv inside)")
+    ap.add_argument("--round", type=int, help="this evaluated round instead of the last one")
     ap.add_argument("--without", default="", help="comma-separated clients to leave out of the second mean")
     ap.add_argument("--paper-std", nargs="*", type=float, default=[], help="population stds to read as one outlier")
     ap.add_argument("--clients", type=int, default=63, help="clients behind --paper-std")
     args = ap.parse_args()
     left_out = [c for c in args.without.split(",") if c]
     for run in args.runs:
-        r, mse = last_round_errors(run)
+        r, mse = last_round_errors(run, round=args.round)
         top = ", ".join(f"{c} {v:,.1f}" for c, v in mse.sort_values(ascending=False).head(3).items())
         print(f"{run.name} round {r}: MSE {mean_std(mse)}; largest: {top}")
         if left_out:

@@ -6,6 +6,9 @@ Usage (from the repository root, with fedwear installed)::
     python scripts/cluster_use.py ../shared/data/ppg_dalia_hr results/runs/pcfedh-ppg_dalia/ifca-s0 \\
         results/runs/pcfedh-ppg_dalia/fedce-s0
 
+With ``--members`` (IFCA runs): which clients choose each cluster model at the checkpoint's round
+(``IFCA.choose`` on each client's train windows, as its next round would).
+
 For each run folder: the largest change of each server-side cluster model (``cluster<k>.*``) between
 the method's initial server state and the run's checkpoint; a cluster at 0.0 never trained. With
 two or more runs: whether their checkpoints hold the same cluster models and their metrics.csv the
@@ -26,6 +29,19 @@ from fedwear.methods import Task, build_method
 from fedwear.report.embeddings import load_data, run_config
 
 
+def members(run: Path, root: str) -> dict[int, list[str]]:
+    """Cluster -> the clients whose train windows its model fits best at the checkpoint (IFCA)."""
+    cfg = run_config(run, Path(root))
+    data = load_data(cfg)
+    method = build_method(Task.of(cfg, data))
+    ckpt = load_checkpoint(run / "checkpoint.pkl")
+    out: dict[int, list[str]] = {}
+    for c in data.clients:
+        down = method.configure(ckpt["server"], c.client_id, int(ckpt["round"]) + 1)
+        out.setdefault(method.choose(down, c), []).append(c.client_id)
+    return dict(sorted(out.items()))
+
+
 def cluster_moves(run: Path, root: str) -> tuple[int, dict[int, float], dict[str, np.ndarray]]:
     cfg = run_config(run, Path(root))
     initial = build_method(Task.of(cfg, load_data(cfg))).init_server().arrays
@@ -44,7 +60,7 @@ def personalized_rows(run: Path) -> pd.DataFrame:
     return m[(m["view"] == "personalized") & (m["split"] == "test")].reset_index(drop=True)
 
 
-def main(root: str, runs: list[Path]) -> None:
+def main(root: str, runs: list[Path], show_members: bool) -> None:
     clusters = {}
     for run in runs:
         r, moves, clusters[run] = cluster_moves(run, root)
@@ -52,6 +68,9 @@ def main(root: str, runs: list[Path]) -> None:
         text = ", ".join(f"cluster{k} {v:.4g}" for k, v in sorted(moves.items()))
         print(f"{run.name} (checkpoint round {r}): largest change from the initial model: {text}; "
               f"trained: {len(trained)} of {len(moves)}")
+        if show_members:
+            for k, ids in members(run, root).items():
+                print(f"  cluster{k}: {len(ids)} clients: {', '.join(ids)}")
     for other in runs[1:]:
         a, b = clusters[runs[0]], clusters[other]
         same_models = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
@@ -61,6 +80,7 @@ def main(root: str, runs: list[Path]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
-        sys.exit("usage: python scripts/cluster_use.py DATA_ROOT RUN_DIR [RUN_DIR ...]")
-    main(sys.argv[1], [Path(p) for p in sys.argv[2:]])
+    args = [a for a in sys.argv[1:] if a != "--members"]
+    if len(args) < 2:
+        sys.exit("usage: python scripts/cluster_use.py [--members] DATA_ROOT RUN_DIR [RUN_DIR ...]")
+    main(args[0], [Path(p) for p in args[1:]], "--members" in sys.argv)

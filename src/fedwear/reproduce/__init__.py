@@ -243,7 +243,21 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "rounds (python scripts/client_errors.py results/runs/pcfedh-distracted_driving/fedprox-s0 --without "
         "t015,t009)"
     ),
+    "ifca": (
+        "open: seed 0, 20 of the 500 rounds (60-91 CPU-s a round: every client also scores the K = 5 "
+        "cluster models on its train windows). Unlike on PPG-DaLiA and Stress-Predict, two of the five "
+        "cluster models train here: 43 clients choose one and 20 the other, t015 and t009 among the 20 "
+        "(python scripts/cluster_use.py --members ../shared/data/distracted_driving "
+        "results/runs/pcfedh-distracted_driving/ifca-s0). That model follows those two better than "
+        "FedAvg's one model: at round 20 they score 182 and 128 against FedAvg's 1,068 and 811, and the "
+        "other 61 clients 2.221 +- 1.492 against FedAvg's 2.559 +- 1.630 (python scripts/client_errors.py "
+        "results/runs/pcfedh-distracted_driving/fedavg-s0 results/runs/pcfedh-distracted_driving/ifca-s0 "
+        "--round 20 --without t015,t009). The paper's IFCA cell fits one client 1,213 above the rest, as "
+        "its FedAvg cell does (fedavg's finding): its IFCA kept that client with the others"
+    ),
 }
+
+
 def one_cluster_note(folder: str, root: str) -> str:
     """Why IFCA's and FedCE's rows are the same numbers where every client picks one cluster model."""
     return (f"IFCA and FedCE: in every round every client found the same one of the K initial cluster "
