@@ -8,7 +8,9 @@ of the round receives all K, estimates its cluster identity
 split; ties go to the lowest k), runs FedAvg's local training from ``w_{k_i}`` and replies its
 model and ``k_i`` (the scalar ``cluster``). The server sets every chosen cluster model to the
 sample-weighted mean (FedAvg's weights, ``num_examples``) of the replies that chose it; a
-cluster nobody chose keeps its model.
+cluster nobody chose keeps its model. Nothing keeps the clusters apart at the start: when every
+client finds the same initial model the lowest-loss one, only it ever trains and IFCA runs FedAvg
+from it (so on PPG-DaLiA and Stress-Predict heart rate: ``scripts/cluster_use.py``).
 
 Evaluation: a client's personal model is the cluster model with the lowest loss on its own
 train split at evaluation time (``personalize``); a new client chooses the same way (``adapt``,
