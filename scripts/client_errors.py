@@ -6,7 +6,7 @@ Usage (from the repository root)::
     python scripts/client_errors.py --paper-std 153.889 151.646 --clients 63
 
 For each run folder: the last round in its metrics.csv (or ``--round``) with personalized test rows, the mean ±
-population std of the clients' MSE (unweighted, as PCFedH's tables), the three largest clients,
+population std of the clients' MSE (unweighted, as PCFedH's tables), the ``--top`` largest clients (3),
 and the same mean ± std without the clients of ``--without``. With ``--paper-std``: how far a
 single client would have to sit above ``--clients - 1`` equal others to give that population std
 (``d = std * n / sqrt(n - 1)``) and how much it lifts the mean (``d / n``): the outlier reading of
@@ -39,6 +39,7 @@ def mean_std(values: pd.Series) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", type=Path, help="run folders (metrics.csv inside)")
+    ap.add_argument("--top", type=int, default=3, help="how many of the largest clients to list")
     ap.add_argument("--round", type=int, help="this evaluated round instead of the last one")
     ap.add_argument("--without", default="", help="comma-separated clients to leave out of the second mean")
     ap.add_argument("--paper-std", nargs="*", type=float, default=[], help="population stds to read as one outlier")
@@ -47,7 +48,7 @@ def main() -> None:
     left_out = [c for c in args.without.split(",") if c]
     for run in args.runs:
         r, mse = last_round_errors(run, round=args.round)
-        top = ", ".join(f"{c} {v:,.1f}" for c, v in mse.sort_values(ascending=False).head(3).items())
+        top = ", ".join(f"{c} {v:,.1f}" for c, v in mse.sort_values(ascending=False).head(args.top).items())
         print(f"{run.name} round {r}: MSE {mean_std(mse)}; largest: {top}")
         if left_out:
             print(f"  without {', '.join(left_out)}: {mean_std(mse.drop(left_out, errors='ignore'))}")

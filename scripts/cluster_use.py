@@ -6,8 +6,8 @@ Usage (from the repository root, with fedwear installed)::
     python scripts/cluster_use.py ../shared/data/ppg_dalia_hr results/runs/pcfedh-ppg_dalia/ifca-s0 \\
         results/runs/pcfedh-ppg_dalia/fedce-s0
 
-With ``--members`` (IFCA runs): which clients choose each cluster model at the checkpoint's round
-(``IFCA.choose`` on each client's train windows, as its next round would).
+With ``--members``: which clients choose each cluster model at the checkpoint's round, as its
+evaluation did (IFCA: ``choose``; FedCE: the membership vectors of ``memberships``).
 
 For each run folder: the largest change of each server-side cluster model (``cluster<k>.*``) between
 the method's initial server state and the run's checkpoint; a cluster at 0.0 never trained. With
@@ -27,18 +27,27 @@ import pandas as pd
 from fedwear.callbacks import load_checkpoint
 from fedwear.methods import Task, build_method
 from fedwear.report.embeddings import load_data, run_config
+from fedwear.seeding import derive_seed
 
 
-def members(run: Path, root: str) -> dict[int, list[str]]:
-    """Cluster -> the clients whose train windows its model fits best at the checkpoint (IFCA)."""
+def members(run: Path, root: str) -> dict[str, list[str]]:
+    """Cluster (IFCA) or membership vector (FedCE) -> its clients at the checkpoint's round, as the
+    run's evaluation there estimated them (IFCA: ``choose``; FedCE: ``memberships``, seeded as
+    ``personalize`` was)."""
     cfg = run_config(run, Path(root))
     data = load_data(cfg)
     method = build_method(Task.of(cfg, data))
     ckpt = load_checkpoint(run / "checkpoint.pkl")
-    out: dict[int, list[str]] = {}
+    r = int(ckpt["round"])
+    out: dict[str, list[str]] = {}
     for c in data.clients:
-        down = method.configure(ckpt["server"], c.client_id, int(ckpt["round"]) + 1)
-        out.setdefault(method.choose(down, c), []).append(c.client_id)
+        down = method.evaluation_message(ckpt["server"], c.client_id, r)
+        if hasattr(method, "memberships"):
+            u = method.memberships(down, c, derive_seed(cfg.seed, "personalize", r, c.client_id))
+            key = "u = " + " ".join(f"{v:.1f}" for v in u)
+        else:
+            key = f"cluster{method.choose(down, c)}"
+        out.setdefault(key, []).append(c.client_id)
     return dict(sorted(out.items()))
 
 
@@ -69,8 +78,8 @@ def main(root: str, runs: list[Path], show_members: bool) -> None:
         print(f"{run.name} (checkpoint round {r}): largest change from the initial model: {text}; "
               f"trained: {len(trained)} of {len(moves)}")
         if show_members:
-            for k, ids in members(run, root).items():
-                print(f"  cluster{k}: {len(ids)} clients: {', '.join(ids)}")
+            for key, ids in members(run, root).items():
+                print(f"  {key}: {len(ids)} clients: {', '.join(ids)}")
     for other in runs[1:]:
         a, b = clusters[runs[0]], clusters[other]
         same_models = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -255,6 +255,23 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "--round 20 --without t015,t009). The paper's IFCA cell fits one client 1,213 above the rest, as "
         "its FedAvg cell does (fedavg's finding): its IFCA kept that client with the others"
     ),
+    "fedce": (
+        "open: seed 0, 20 of the 500 rounds. Two of the five cluster models train, as IFCA's do; at "
+        "round 20 42 clients vote for one of them in all five feature batches and 15 for the other, and "
+        "6 split their votes (u = 0.2 / 0.8 to 0.6 / 0.4). Those six make the difference: their personal "
+        "model, sum_k u_k w_k, averages the weights of two LSTMs trained from different random "
+        "initialisations, and they score 122-489 (t045 489, t060 461, t038 448, t068 314, t054 309, "
+        "t025 122), where IFCA gives each of them 0.7-3.6; without them and t015 / t009 the other 55 "
+        "clients score 2.693 +- 2.021 (IFCA 2.298 +- 1.513). Mixing the cluster models' weights is this "
+        "reconstruction's inference (fedce.py, step 4: no available source says how FedCE combines them); "
+        "the paper's FedCE cell fits one outlying client (1,124 above the rest), not such a group (python "
+        "scripts/cluster_use.py --members ../shared/data/distracted_driving "
+        "results/runs/pcfedh-distracted_driving/ifca-s0 results/runs/pcfedh-distracted_driving/fedce-s0; "
+        "python scripts/client_errors.py results/runs/pcfedh-distracted_driving/ifca-s0 "
+        "results/runs/pcfedh-distracted_driving/fedce-s0 --round 20 --top 63 --without "
+        "t015,t009,t025,t038,t045,t060,t054,t068). Next: mix the cluster models' predictions instead, "
+        "as an option, and compare"
+    ),
 }
 
 
