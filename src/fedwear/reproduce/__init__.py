@@ -272,6 +272,16 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "t015,t009,t025,t038,t045,t060,t054,t068). Next: mix the cluster models' predictions instead, "
         "as an option, and compare"
     ),
+    "fedproto": (
+        "not a difference to close: the row is fedwear's own conversion of FedProto to forecasting, as on "
+        "PPG-DaLiA (that table's finding; the paper does not describe its own). The paper's 99.373 is 46x "
+        "the MSE of repeating the last value (2.172 on these windows), and a single client 3,606 above the "
+        "rest would explain only 57.2 of it (python scripts/client_errors.py --paper-std 450.702): its "
+        "conversion misses on most clients. Ours, at 20 of the 500 rounds, scores 3.108 +- 7.712: each "
+        "client trains its own model, so t015 scores 2.1 and t009 62.5, the largest; without the two, "
+        "2.152 +- 1.654 (python scripts/client_errors.py results/runs/pcfedh-distracted_driving/fedproto-s0 "
+        "--top 63 --without t015,t009)"
+    ),
 }
 
 
