@@ -300,7 +300,7 @@ PCFEDH_DISTRACTED_FLAGGED = {
         "clients would average ~7.8, beside our 7.404 +- 12.020 over all 63, where t009 scores 93.1 and "
         "t015 4.2 (without them 6.051 +- 5.175: python scripts/client_errors.py "
         "results/runs/pcfedh-distracted_driving/fedpcl-s0 --top 63 --without t015,t009). Both sit at 3-4x "
-        "the MSE of repeating the last value (2.172), as FedPCL does on PPG-DaLiA"
+        "the MSE of repeating the last value (2.172); on PPG-DaLiA ours is 1.6x it"
     ),
 }
 
