@@ -47,7 +47,11 @@ def main() -> None:
     args = ap.parse_args()
     left_out = [c for c in args.without.split(",") if c]
     for run in args.runs:
+        if not (run / "metrics.csv").is_file():
+            ap.error(f"{run}: no metrics.csv (not a run folder, or a run that has not evaluated yet)")
         r, mse = last_round_errors(run, round=args.round)
+        if mse.empty:
+            ap.error(f"{run}: no personalized test rows at round {r}")
         top = ", ".join(f"{c} {v:,.1f}" for c, v in mse.sort_values(ascending=False).head(args.top).items())
         print(f"{run.name} round {r}: MSE {mean_std(mse)}; largest: {top}")
         if left_out:

@@ -24,26 +24,32 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedwear.callbacks import load_checkpoint
-from fedwear.methods import Task, build_method
-from fedwear.report.embeddings import load_data, run_config
+from fedwear.errors import FedwearError
+from fedwear.report.embeddings import Restored, restore
+from fedwear.report.rundir import load_run
 from fedwear.seeding import derive_seed
 
 
-def members(run: Path, root: str) -> dict[str, list[str]]:
+def restored(run: Path, root: str) -> Restored:
+    """The run's config, checkpoint, method and data (as ``fedwear report`` rebuilds them)."""
+    if not (run / "config.yaml").is_file():
+        raise FedwearError(f"{run}: not a run folder (no config.yaml)")
+    out = restore(load_run(run), Path(root))
+    if not isinstance(out, Restored):
+        raise FedwearError(f"{run}: {out.reason}")
+    return out
+
+
+def members(r: Restored) -> dict[str, list[str]]:
     """Cluster (IFCA) or membership vector (FedCE) -> its clients at the checkpoint's round, as the
     run's evaluation there estimated them (IFCA: ``choose``; FedCE: ``memberships``, seeded as
     ``personalize`` was)."""
-    cfg = run_config(run, Path(root))
-    data = load_data(cfg)
-    method = build_method(Task.of(cfg, data))
-    ckpt = load_checkpoint(run / "checkpoint.pkl")
-    r = int(ckpt["round"])
+    method, server, rnd = r.method, r.checkpoint["server"], int(r.checkpoint["round"])
     out: dict[str, list[str]] = {}
-    for c in data.clients:
-        down = method.evaluation_message(ckpt["server"], c.client_id, r)
+    for c in r.data.clients:
+        down = method.evaluation_message(server, c.client_id, rnd)
         if hasattr(method, "memberships"):
-            u = method.memberships(down, c, derive_seed(cfg.seed, "personalize", r, c.client_id))
+            u = method.memberships(down, c, derive_seed(r.cfg.seed, "personalize", rnd, c.client_id))
             key = "u = " + " ".join(f"{v:.1f}" for v in u)
         else:
             key = f"cluster{method.choose(down, c)}"
@@ -51,17 +57,15 @@ def members(run: Path, root: str) -> dict[str, list[str]]:
     return dict(sorted(out.items()))
 
 
-def cluster_moves(run: Path, root: str) -> tuple[int, dict[int, float], dict[str, np.ndarray]]:
-    cfg = run_config(run, Path(root))
-    initial = build_method(Task.of(cfg, load_data(cfg))).init_server().arrays
-    ckpt = load_checkpoint(run / "checkpoint.pkl")
-    arrays = ckpt["server"].arrays
+def cluster_moves(r: Restored) -> dict[int, float]:
+    """Per cluster model: its largest weight change from the method's initial server state."""
+    arrays = r.checkpoint["server"].arrays
     moves: dict[int, float] = {}
-    for key, start in initial.items():
+    for key, start in r.method.init_server().arrays.items():
         if m := re.match(r"cluster(\d+)\.", key):
             k = int(m.group(1))
             moves[k] = max(moves.get(k, 0.0), float(np.abs(arrays[key] - start).max()))
-    return int(ckpt["round"]), moves, {k: v for k, v in arrays.items() if k.startswith("cluster")}
+    return moves
 
 
 def personalized_rows(run: Path) -> pd.DataFrame:
@@ -72,13 +76,15 @@ def personalized_rows(run: Path) -> pd.DataFrame:
 def main(root: str, runs: list[Path], show_members: bool) -> None:
     clusters = {}
     for run in runs:
-        r, moves, clusters[run] = cluster_moves(run, root)
+        r = restored(run, root)
+        moves = cluster_moves(r)
+        clusters[run] = {k: v for k, v in r.checkpoint["server"].arrays.items() if k.startswith("cluster")}
         trained = [k for k, v in sorted(moves.items()) if v > 0]
         text = ", ".join(f"cluster{k} {v:.4g}" for k, v in sorted(moves.items()))
-        print(f"{run.name} (checkpoint round {r}): largest change from the initial model: {text}; "
-              f"trained: {len(trained)} of {len(moves)}")
+        print(f"{run.name} (checkpoint round {r.checkpoint['round']}): largest change from the initial "
+              f"model: {text}; trained: {len(trained)} of {len(moves)}")
         if show_members:
-            for key, ids in members(run, root).items():
+            for key, ids in members(r).items():
                 print(f"  {key}: {len(ids)} clients: {', '.join(ids)}")
     for other in runs[1:]:
         a, b = clusters[runs[0]], clusters[other]
@@ -92,4 +98,7 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--members"]
     if len(args) < 2:
         sys.exit("usage: python scripts/cluster_use.py [--members] DATA_ROOT RUN_DIR [RUN_DIR ...]")
-    main(args[0], [Path(p) for p in args[1:]], "--members" in sys.argv)
+    try:
+        main(args[0], [Path(p) for p in args[1:]], "--members" in sys.argv)
+    except FedwearError as e:
+        sys.exit(f"error: {e}")
