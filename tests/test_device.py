@@ -45,3 +45,11 @@ def test_auto_on_a_machine_without_a_gpu_equals_cpu(tmp_path, monkeypatch):
     a = fedwear.run(tiny_config(rounds=1, device="auto"), tmp_path / "auto").metrics
     b = fedwear.run(tiny_config(rounds=1), tmp_path / "cpu").metrics
     assert a.equals(b)
+
+
+def test_auto_keeps_a_cpu_only_method_on_the_cpu_of_a_gpu_machine(monkeypatch):
+    from fedwear.methods.api import Task
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert Task(tiny_config(device="auto"), 32, 3, 3, 6).device == "cuda"  # fedavg declares it
+    assert Task(tiny_config(method="scaffold", device="auto"), 32, 3, 3, 6).device == "cpu"

@@ -58,8 +58,9 @@ def test_moon_holds_three_models():
     assert up.scalars[TRAINING_BYTES] == 3 * model_bytes(moon.model)  # local, global and previous
 
 
-def test_rounds_csv_reports_the_largest_client_footprint(tmp_path):
-    cfg = tiny_config(method="fedprox", rounds=2)
+@pytest.mark.parametrize("sets", [{}, {"engine": "batched"}, {"privacy.dp": "central"}], ids=str)
+def test_rounds_csv_reports_the_largest_client_footprint(tmp_path, sets):
+    cfg = tiny_config(method="fedprox", rounds=2, **sets)  # batched: fedprox trains one by one
     fedwear.run(cfg, tmp_path / "run")
     rounds = pd.read_csv(tmp_path / "run" / "rounds.csv")
     method = build_method(Task.of(cfg, load_federated(cfg.dataset, cfg.seed)))

@@ -37,3 +37,12 @@ def test_metrics_equal_sklearn(case: int, auc: str) -> None:
     assert ours["accuracy"] == ref["accuracy"]
     assert ours["macro_f1"] == ref["macro_f1"]  # the same formula: the same bits
     assert ours["auc"] == pytest.approx(ref["auc"], abs=1e-12)
+
+
+def test_worst_decile_is_the_lowest_score_or_the_highest_error() -> None:
+    from fedwear.evaluation.metrics import rows_summary
+
+    values = np.arange(1.0, 21.0)  # 20 clients: the worst decile is two of them
+    rows = [{"n": 1, "accuracy": v, "mse": v} for v in values]
+    assert rows_summary(rows, "accuracy", "uniform")["worst10"] == 1.5
+    assert rows_summary(rows, "mse", "uniform")["worst10"] == 19.5

@@ -171,7 +171,8 @@ class RunConfig(Strict):
     device: Literal["cpu", "cuda", "auto"] = Field(
         "cpu",
         description="where models train and evaluate: cpu, cuda (a GPU; refused when torch sees none) or auto "
-        "(cuda when available). cuda runs for methods that declare it (`fedwear methods` marks them); results "
+        "(cuda when available and the method declares it, else cpu). cuda runs for methods that declare it "
+        "(`fedwear methods` marks them); results "
         "on a GPU match the CPU's only up to float rounding",
     )
     checkpoint_every: int = Field(1, ge=0, description="save a checkpoint every N rounds (0: never)")

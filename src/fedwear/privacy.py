@@ -43,6 +43,14 @@ class CentralDP:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    @property
+    def training_bytes(self) -> int:  # measured by the inner method's training
+        return self.inner.training_bytes
+
+    @training_bytes.setter
+    def training_bytes(self, value: int) -> None:
+        self.inner.training_bytes = value
+
     def fit(self, down: Record, state: Record, data, round: int, seed: int) -> tuple[Record, Record]:
         up, new_state = self.inner.fit(down, state, data, round, seed)
         return self._clip(down, up), new_state

@@ -27,7 +27,7 @@ def aggregate_metrics(metrics: pd.DataFrame, weights: str = "test") -> pd.DataFr
         n_train = g["n_train"].to_numpy(float) if "n_train" in g else None
         w = client_weights(weights, g["n"].to_numpy(float), n_train)
         for metric in names:
-            s = summarize(g[metric].to_numpy(float), w)
+            s = summarize(g[metric].to_numpy(float), w, lower_is_better=metric in LOWER_IS_BETTER)
             out.append({"round": r, "view": view, "split": split, "metric": metric, **s, "clients": len(g)})
     return pd.DataFrame(out, columns=["round", "view", "split", "metric", "weighted", "mean", "std", "worst10", "clients"])
 
@@ -139,7 +139,8 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         "versions": library_versions(),
         "config_hash": cfg.hash(),
         "metric_notes": f"final/best: weighted mean over clients (weights: {ev.client_weights} windows); "
-        "*_stats add the unweighted mean, population std over clients and the mean of the worst decile",
+        "*_stats add the unweighted mean, population std over clients and the mean of the worst decile "
+        "of clients (the lowest scores; the highest errors for mse, mae, mape, loss)",
         "bytes_notes": "bytes_*: training messages (array payloads); eval_bytes_down: each evaluated "
         "client's message plus the global model; eval_bytes_up: 8 bytes per reported metric value",
         **extra,

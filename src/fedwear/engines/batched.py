@@ -8,6 +8,7 @@ client states and checkpoints are the in-process engine's.
 
 from __future__ import annotations
 
+from fedwear.engines.client import TRAINING_BYTES
 from fedwear.engines.sim import SimExecutor
 from fedwear.methods.api import Record
 
@@ -20,7 +21,11 @@ class BatchedExecutor(SimExecutor):
         method = self.trainers[ids[0]].method
         jobs = [(downs[c], self.states.get(c, Record()), self.trainers[c].data, self.trainers[c].fit_seed(round))
                 for c in ids]
+        method.training_bytes = 0
         replies = {}
         for cid, (up, state) in zip(ids, method.fit_many(jobs, round), strict=True):
             replies[cid], self.states[cid] = up, state
+        if method.training_bytes:  # the largest over the round's clients (0: the vectorised path)
+            replies = {c: Record(up.arrays, {**up.scalars, TRAINING_BYTES: method.training_bytes})
+                       for c, up in replies.items()}
         return replies

@@ -73,8 +73,9 @@ def binary_auc(positive: np.ndarray, score: np.ndarray) -> float:
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def summarize(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
-    """Sample-weighted mean, unweighted mean and std over clients, mean of the worst decile."""
+def summarize(values: np.ndarray, weights: np.ndarray, lower_is_better: bool = False) -> dict[str, float]:
+    """Sample-weighted mean, unweighted mean and std over clients, and the mean of the worst decile
+    of clients: the lowest values, or the highest when ``lower_is_better`` (errors, losses)."""
     ok = ~np.isnan(values)
     v, w = values[ok], weights[ok]
     if len(v) == 0:
@@ -85,7 +86,7 @@ def summarize(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
         "weighted": float(np.average(v, weights=w)) if w.sum() > 0 else float(v.mean()),
         "mean": float(v.mean()),
         "std": float(v.std()),
-        "worst10": float(np.sort(v)[:k].mean()),
+        "worst10": float((np.sort(v)[::-1] if lower_is_better else np.sort(v))[:k].mean()),
     }
 
 
@@ -110,7 +111,8 @@ def rows_summary(rows: list[dict], metric: str, how: str) -> dict[str, float]:
     """``summarize`` of one metric over evaluation rows (dicts with n, n_train and the metric)."""
     values = np.array([r[metric] for r in rows], float)
     n_train = np.array([r["n_train"] for r in rows]) if rows and "n_train" in rows[0] else None
-    return summarize(values, client_weights(how, np.array([r["n"] for r in rows]), n_train))
+    return summarize(values, client_weights(how, np.array([r["n"] for r in rows]), n_train),
+                     lower_is_better=metric in LOWER_IS_BETTER)
 
 
 def regression_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:

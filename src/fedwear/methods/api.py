@@ -102,12 +102,16 @@ class Task:
 
     @property
     def device(self) -> str:
-        """The torch device of the config's ``device`` (``auto``: cuda when available)."""
+        """The torch device of the config's ``device`` (``auto``: cuda when available and the
+        method's class declares it in ``devices``, else cpu)."""
         wanted = self.config.device
         if wanted == "auto":
             import torch
 
-            return "cuda" if torch.cuda.is_available() else "cpu"
+            from fedwear.methods import method_class
+
+            able = "cuda" in method_class(self.config.method).devices
+            return "cuda" if able and torch.cuda.is_available() else "cpu"
         return wanted
 
     @staticmethod
