@@ -14,18 +14,7 @@ call, which is most of an evaluation round with many small clients (200 clients:
 from __future__ import annotations
 
 import numpy as np
-import torch
 from scipy.stats import rankdata
-
-from fedwear.evaluation.predictor import Fn
-
-
-@torch.no_grad()
-def predict(predictor: Fn, x: np.ndarray, batch_size: int = 1024) -> np.ndarray:
-    """Logits of ``predictor`` on ``x`` (``[N, T, C]``), in batches."""
-    xt = torch.from_numpy(np.ascontiguousarray(x))
-    outs = [predictor(xt[i : i + batch_size]) for i in range(0, len(xt), batch_size)]
-    return torch.cat(outs).float().numpy() if outs else np.zeros((0, 0), np.float32)
 
 
 def classification_metrics(y: np.ndarray, logits: np.ndarray, auc: str = "macro_ovr") -> dict[str, float]:

@@ -46,13 +46,6 @@ def fmt(metric: str, value: float | None) -> str:
     return f"{v:.2f}" if metric in METRICS else f"{v:.4g}"
 
 
-def fmt_pm(metric: str, mean: float | None, std: float | None) -> str:
-    """``mean ± std`` of ``metric`` (both scaled like :func:`fmt`)."""
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "n/a"
-    return f"{fmt(metric, mean)} ± {fmt(metric, std)}"
-
-
 UNITS_NOTE = ("accuracy, macro-F1 and AUC in %; any other metric (e.g. mse, mae, mape) "
               "in the unit of metrics.csv")
 REGRESSION_NOTE = ("MSE in bpm², MAE in bpm (errors of the forecast heart rate, in the target's "
