@@ -225,6 +225,22 @@ def test_source_groups_held_out_and_normalisation(registered: types.ModuleType) 
     assert list(fd.info["normalize"]["groups"]) == ["source=a", "source=b"]
 
 
+def test_held_out_per_source_draws_from_each_source(registered: types.ModuleType) -> None:
+    """Meta-HAR's merged set holds out one meta-test user from each source (SPECS 2.1)."""
+    for seed in range(4):
+        fd = load_federated(two_synthetic(held_out=1, held_out_per="source"), seed)
+        assert [len(fd.info["sources"][s]["held_out"]) for s in ("a", "b")] == [1, 1]
+    draws = {tuple(load_federated(two_synthetic(held_out=1, held_out_per="source"), seed).info["held_out"])
+             for seed in range(8)}
+    assert len(draws) > 2  # drawn with the seed, not fixed
+    with pytest.raises(ConfigError, match=r"held_out=2 must be in 0\.\.1 .* among the source=b clients"):
+        load_federated(two_synthetic(held_out=2, held_out_per="source"), 0)
+    with pytest.raises(ConfigError, match=r"held_out_per=device: client 'a-s01' has no device value"):
+        load_federated(two_synthetic(held_out=1, held_out_per="device"), 0)
+    with pytest.raises(ConfigError, match="held_out_per draws a number of clients per group"):
+        load_config(data={"dataset": {"held_out": ["s01"], "held_out_per": "source"}})
+
+
 def test_merge_errors(registered: types.ModuleType, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^dataset.rate_hz is required for dataset.name=merged"):
         load_federated(two_synthetic(rate_hz=None), 0)
@@ -282,15 +298,22 @@ def test_real_merge_usc_had_and_uci_hapt(data_root: Path, registered: types.Modu
     """Meta-HAR's merged set on our data: USC-HAD's 6 kept activities and UCI HAPT's 6 basic
     ones at 50 Hz in 150-sample (3 s) windows; 5 activities are shared, so 7 in all (as HHAR and
     USC-HAD share 5 of their 7 in the paper, SPECS 2.1)."""
+    # with the cache: the sources found under dataset.root (metahar:table2-merged's --root), one
+    # meta-test user from each; without: each source's own root, two meta-test users from all
+    roots = [{"root": str(data_root / n)} if not with_cache else {} for n in ("usc_had", "uci_hapt")]
     cfg = DatasetConfig(
-        name="merged", rate_hz=50.0, window=150, drop_classes=[0, 2], held_out=2,
+        name="merged", rate_hz=50.0, window=150, drop_classes=[0, 2],
         cache_dir=str(tmp_path) if with_cache else None,
+        root=str(data_root) if with_cache else None,
+        **({"held_out": 1, "held_out_per": "source"} if with_cache else {"held_out": 2}),
         sources=[
-            {"name": "usc_had", "root": str(data_root / "usc_had"), "classes": USC_CLASSES},
-            {"name": "uci_hapt", "root": str(data_root / "uci_hapt"), "classes": HAPT_CLASSES},
+            {"name": "usc_had", "classes": USC_CLASSES, **roots[0]},
+            {"name": "uci_hapt", "classes": HAPT_CLASSES, **roots[1]},
         ],
     )  # fmt: skip
     fd = load_federated(cfg, 0)
+    if with_cache:
+        assert [len(fd.info["sources"][s]["held_out"]) for s in ("usc_had", "uci_hapt")] == [1, 1]
     assert fd.class_names == merged.CLASS_NAMES
     assert fd.rate_hz == 50.0 and fd.window == 150 and fd.channels == merged.CHANNELS
     src = fd.info["sources"]

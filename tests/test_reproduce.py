@@ -251,3 +251,41 @@ def test_budget_table_in_metahars_shape(tmp_path, monkeypatch):
         assert delta == f"{d:+.2f}" + (" ⚠" if abs(d) > 2 else ""), (ours, paper, delta)
     assert ("- **metahar**: what was found." in text) == ("⚠" in n3[8] + n3[11])
     assert next(line for line in text.splitlines() if line.startswith("| fedavg | - |"))
+
+
+def test_budget_table_splits_meta_test_users_by_source(tmp_path, monkeypatch):
+    """A merged dataset's table adds a meta-test column per source (Meta-HAR's Table 2: meta-test
+    (H) and (U)), each the final-round test-weighted accuracy of that source's held-out users."""
+    import pandas as pd
+
+    from fedwear.config import load_config
+    from fedwear.data import load_federated
+
+    two = {
+        "name": "merged", "cache_dir": None, "rate_hz": 25.0, "window": 20, "normalize": "none",
+        "held_out": 1, "held_out_per": "source",
+        "sources": [
+            {"name": "synthetic", "tag": "a", "synthetic": {"num_subjects": 3, "rate_hz": 50.0, "seconds_per_class": 8.0}},
+            {"name": "synthetic", "tag": "b", "synthetic": {"num_subjects": 3, "rate_hz": 25.0, "seconds_per_class": 8.0}},
+        ],
+    }  # fmt: skip
+    cfg = load_config(data={**tiny_config(rounds=1, batch_size=8).model_dump(mode="json"), "dataset": two,
+                            "evaluation": {"views": ["personalized", "new_clients"], "adapt_epochs": 1}})
+    held = load_federated(cfg.dataset, 0).info["held_out"]
+    assert sorted(c[0] for c in held) == ["a", "b"]
+    config = tmp_path / "tiny.yaml"
+    config.write_text(dump_config(cfg))
+    exp = rp.Experiment(key="tiny:m", title="Tiny merged", config=str(config), methods=("fedavg",), writer="budgets")
+    monkeypatch.setitem(rp.EXPERIMENTS, exp.key, exp)
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    res = CliRunner().invoke(app, ["reproduce", "tiny:m", "--out", str(out), "--results", str(results), "--quiet"])
+    assert res.exit_code == 0, res.output
+    lines = results.read_text().splitlines()
+    head = [c.strip() for c in next(x for x in lines if x.startswith("| Method |")).split("|")]
+    row = [c.strip() for c in next(x for x in lines if x.startswith("| fedavg |")).split("|")]
+    m = pd.read_csv(out / "fedavg-s0" / "metrics.csv")
+    new = m[(m["view"] == "new_clients") & (m["split"] == "test")]
+    for tag in ("a", "b"):
+        sel = new[new["client"].str.startswith(f"{tag}-")]
+        assert len(sel) == 1
+        assert row[head.index(f"meta-test {tag}")] == f"{100 * np.average(sel['accuracy'], weights=sel['n']):.2f}"

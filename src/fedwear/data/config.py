@@ -77,8 +77,8 @@ class SourceConfig(Strict):
     )
     root: str | None = Field(
         None,
-        description="folder holding the source's original files; null = its bundled subset "
-        "(where fedwear ships one)",
+        description="folder holding the source's original files; null = <dataset.root>/<name> when "
+        "dataset.root is set, else its bundled subset (where fedwear ships one)",
     )
     rate_hz: float | None = Field(
         None, gt=0,
@@ -108,7 +108,10 @@ class DatasetConfig(Strict):
         "merged (several of them in one federation, dataset.sources); "
         "ppg_dalia_hr, distracted_driving, stress_predict_hr (heart-rate forecasting)",
     )
-    root: str | None = Field(None, description="folder holding the dataset's original files")
+    root: str | None = Field(
+        None, description="folder holding the dataset's original files (name=merged: the folder holding "
+        "each source's folder under its dataset name, for sources without a root of their own)",
+    )
     seed: int | None = Field(
         None, description="seed for splits and partitions; null = the run seed"
     )
@@ -221,6 +224,12 @@ class DatasetConfig(Strict):
     held_out: int | list[str] = Field(
         0, description="number (drawn from the seed) or ids of clients that never train"
     )
+    held_out_per: str | None = Field(
+        None,
+        description="draw held_out clients within each value of this recording meta key (source: "
+        "one per source of a merged dataset, Meta-HAR's two meta-test users, SPECS 2.1); null: "
+        "from all clients",
+    )
     max_clients: int | None = Field(
         None, ge=1, description="keep only the first N clients (quick tests)"
     )
@@ -301,6 +310,13 @@ class DatasetConfig(Strict):
         return v
 
     @model_validator(mode="after")
+    def _held_out_per_draws(self) -> DatasetConfig:
+        if self.held_out_per is not None and not isinstance(self.held_out, int):
+            raise ValueError("dataset.held_out_per draws a number of clients per group: set held_out to a "
+                             "number, or held_out_per: null to list client ids")
+        return self
+
+    @model_validator(mode="after")
     def _sources_need_merged(self) -> DatasetConfig:
         """``sources`` is read by the merged dataset only."""
         if self.sources and self.name != "merged":
@@ -346,7 +362,7 @@ class DatasetConfig(Strict):
 
 #: Loader keys left out of a dump at their default (:meth:`DatasetConfig._omit_quiet_defaults`).
 QUIET_DEFAULTS: dict[str, object] = {
-    "faithful": False, "schema_file": None, "preset": None, "sources": [],
+    "faithful": False, "schema_file": None, "preset": None, "sources": [], "held_out_per": None,
 }
 
 _PROTOHAR = {  # SPECS A2 (USC-HAD, HARBox) and A3: no normalisation, "20k2p" few-shot clients

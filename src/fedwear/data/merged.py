@@ -80,12 +80,16 @@ def loader(i: int, src: SourceConfig) -> ModuleType:
     return mod
 
 
-def source_root(i: int, src: SourceConfig) -> Path | None:
-    """The folder source ``i`` is read from: its ``root``, else its bundled subset; None for a
-    generated source. One-line errors naming the source when it has neither."""
+def source_root(i: int, src: SourceConfig, parent: str | None = None) -> Path | None:
+    """The folder source ``i`` is read from: its ``root``, else ``<parent>/<its dataset name>``
+    when ``parent`` (``dataset.root``: the folder holding the sources' folders) is set, else its
+    bundled subset; None for a generated source. One-line errors naming the source when it has
+    none of them."""
     mod = loader(i, src)
     if getattr(mod, "GENERATED", False):
         return None
+    if src.root is None and parent is not None:
+        src = src.model_copy(update={"root": str(Path(parent).expanduser() / src.name)})
     if src.root is None:
         bundled = bundled_root(src.name)
         if bundled is None:
@@ -107,7 +111,7 @@ def source_files(cfg: DatasetConfig) -> list[tuple[str, Path | None, list[Path]]
     """Per source: its tag, root and data files (for the cache key)."""
     out = []
     for i, src in enumerate(cfg.sources):
-        root = source_root(i, src)
+        root = source_root(i, src, cfg.root)
         out.append((src.label, root, [] if root is None else loader(i, src).data_files(root)))
     return out
 
@@ -115,7 +119,7 @@ def source_files(cfg: DatasetConfig) -> list[tuple[str, Path | None, list[Path]]
 def source_config(cfg: DatasetConfig, i: int) -> DatasetConfig:
     """The dataset config source ``i``'s loader reads (its name, root and synthetic settings)."""
     src = cfg.sources[i]
-    root = source_root(i, src)
+    root = source_root(i, src, cfg.root)
     return cfg.model_copy(update={
         "name": src.name, "root": None if root is None else str(root), "sources": [],
         "synthetic": src.synthetic or cfg.synthetic,

@@ -29,7 +29,7 @@ span groups (e.g. one subject, four phones) is normalised window by window.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 import numpy as np
@@ -90,9 +90,10 @@ def source_subject(source: str, subject: str) -> str:
     return f"{source}-{client_id(subject)}"
 
 
-def _tagged(subject: str, sources: AbstractSet[str]) -> str | None:
-    """The source whose tag prefixes ``subject`` (:func:`source_subject`), or None."""
-    return next((s for s in sources if subject.startswith(f"{s}-")), None)
+def source_of(name: str, sources: Iterable[str]) -> str | None:
+    """The source whose tag prefixes a merged dataset's subject or client id ``name``
+    (:func:`source_subject`; a client of ``client_by: [source]`` is the tag itself), or None."""
+    return next((s for s in sources if name == s or name.startswith(f"{s}-")), None)
 
 
 def _name(
@@ -105,7 +106,7 @@ def _name(
     so ``client_by: [subject]`` and ``[source, subject]`` both give ``usc_had-s01``."""
     have = dict(zip(keys, values, strict=True))
     subject = have.get("subject")
-    tag = _tagged(subject, sources) if subject is not None and sources else None
+    tag = source_of(subject, sources) if subject is not None and sources else None
     parts = []
     for k, v in zip(keys, values, strict=True):
         if v is None or (k == "source" and tag is not None and v == tag):
@@ -194,25 +195,54 @@ def drop_classes(
     return idx[~np.isin(y[idx], gone)]
 
 
-def split_off_new(clients: list[ClientData], cfg: DatasetConfig, seed: int
-                  ) -> tuple[list[ClientData], list[ClientData]]:
+def split_off_new(clients: list[ClientData], cfg: DatasetConfig, seed: int,
+                  recordings: list[Recording] | None = None) -> tuple[list[ClientData], list[ClientData]]:
     """(training clients, new clients): the first ``dataset.max_clients`` clients, of which the
-    ``dataset.held_out`` ones never train (:func:`held_out_ids`)."""
+    ``dataset.held_out`` ones never train (:func:`held_out_ids`), drawn within each value of the
+    recordings' ``dataset.held_out_per`` meta key when it is set (Meta-HAR's merged set: one
+    meta-test user from each source, SPECS 2.1)."""
     if cfg.max_clients is not None:
         clients = clients[: cfg.max_clients]
-    held = set(held_out_ids([c.client_id for c in clients], cfg.held_out, seed))
+    ids = [c.client_id for c in clients]
+    if cfg.held_out_per is None:
+        held = set(held_out_ids(ids, cfg.held_out, seed))
+    else:
+        groups = client_groups(clients, recordings or [], cfg.held_out_per)
+        held = set()
+        for value in sorted(set(groups.values())):
+            members = [c for c in ids if groups[c] == value]
+            held.update(held_out_ids(members, cfg.held_out, seed, _stable(value),
+                                     where=f" among the {cfg.held_out_per}={value} clients"))
     return [c for c in clients if c.client_id not in held], [c for c in clients if c.client_id in held]
 
 
-def held_out_ids(ids: list[str], spec: int | list[str], seed: int) -> list[str]:
-    """The clients that never train: ``spec`` of them drawn with the seed, or the listed ids."""
+def client_groups(clients: list[ClientData], recordings: list[Recording], key: str) -> dict[str, str]:
+    """Each client's value of the recordings' meta ``key``; a one-line error when a client's
+    recordings have none or several (``dataset.held_out_per``)."""
+    out = {}
+    for c in clients:
+        recs = np.unique(np.concatenate([c.train.recording, c.val.recording, c.test.recording]))
+        values = {recordings[i].meta.get(key) for i in recs.tolist()} if recordings else {None}
+        if len(values) != 1 or None in values:
+            raise ConfigError(
+                f"dataset.held_out_per={key}: client {c.client_id!r} has {'no' if None in values else 'several'} "
+                f"{key} value(s) in its recordings; use a key each client has exactly one of (e.g. source on a "
+                "merged dataset) or set held_out_per: null"
+            )
+        out[c.client_id] = values.pop()
+    return out
+
+
+def held_out_ids(ids: list[str], spec: int | list[str], seed: int, *salt: int, where: str = "") -> list[str]:
+    """The clients that never train: ``spec`` of them drawn with the seed (and ``salt``, one
+    draw per group), or the listed ids."""
     if isinstance(spec, int):
         if spec < 0 or spec >= len(ids):
             raise ConfigError(
                 f"dataset.held_out={spec} must be in 0..{len(ids) - 1} ({len(ids)} clients remain "
-                "after filtering): lower it"
+                f"after filtering{where}): lower it"
             )
-        chosen = rng_for(seed, _HELD_OUT).choice(len(ids), spec, replace=False)
+        chosen = rng_for(seed, _HELD_OUT, *salt).choice(len(ids), spec, replace=False)
         return [ids[i] for i in sorted(chosen)]
     unknown = [c for c in spec if c not in ids]
     if unknown:
@@ -346,7 +376,7 @@ def assemble(
             f"no client has >= {cfg.min_windows} training windows after the split: lower "
             "dataset.min_windows or dataset.window, or keep more classes/data"
         )
-    clients, new = split_off_new(clients, cfg, seed)
+    clients, new = split_off_new(clients, cfg, seed, recordings)
     norm = _normalise(clients, new, cfg, recordings)
     info: dict[str, object] = {
         "seed": seed,

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fedwear.compare import Planned
+from fedwear.data.partition import source_of
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     FLAG,
@@ -36,27 +37,33 @@ def budget_numbers(cfg, where: Path) -> dict | None:
     metrics = matching_metrics(cfg, where)
     if metrics is None:
         return None
-    agg = aggregate_metrics(metrics, cfg.evaluation.client_weights)
-    last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test") & (agg["metric"] == "accuracy")]
-    views = {r.view: 100 * float(r.weighted) for r in last.itertuples()}
-    cpu = total_cpu_s(where)
-    return {"rounds": last_round(where / "rounds.csv"), "of": cfg.rounds, "seed": cfg.seed, "views": views,
-            "cpu_s": cpu}
+    def final_views(rows) -> dict[str, float]:
+        agg = aggregate_metrics(rows, cfg.evaluation.client_weights)
+        last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test") & (agg["metric"] == "accuracy")]
+        return {r.view: 100 * float(r.weighted) for r in last.itertuples()}
+
+    tags = [src.label for src in cfg.dataset.sources]  # a merged dataset: the views of each source's users too
+    source = metrics["client"].map(lambda c: source_of(str(c), tags))
+    return {"rounds": last_round(where / "rounds.csv"), "of": cfg.rounds, "seed": cfg.seed,
+            "views": final_views(metrics), "cpu_s": total_cpu_s(where),
+            "by_source": {t: final_views(metrics[source == t]) for t in tags}}
 
 
 def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
     by_method = numbers_by_method(runs, exp.methods, budget_numbers)
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "source": "none"}
+    tags = sorted({t for got in by_method.values() for n in got for t in n["by_source"]})
     lines = [
         *header(exp, command, out),
         "Cells: accuracy in %, weighted by test windows over users (Eq. 6) at the final round, mean ± "
         "population std over the seeds listed (each seed holds out its own meta-test users). Meta-train: the "
-        "training users after the method's personalisation; meta-test: held-out users after its adaptation. "
-        f"Δ = ours − paper; ⚠ where |Δ| > {FLAG:g} points.",
+        "training users after the method's personalisation; meta-test: held-out users after its adaptation"
+        + ("; meta-test <source>: the held-out users of that source" if tags else "")
+        + f". Δ = ours − paper; ⚠ where |Δ| > {FLAG:g} points.",
         "",
         "| Method | budget | implementation | seeds | rounds run | meta-train | paper | Δ | meta-test | paper | Δ | "
-        "CPU-s (1 thread) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        + "".join(f"meta-test {t} | " for t in tags) + "CPU-s (1 thread) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(tags),
     ]
     warned: set[str] = set()  # methods with a ⚠ in a row
     for method in exp.methods:
@@ -74,10 +81,12 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             deltas = [delta_cell(train, ref[0]), delta_cell(test, ref[1])]
             if any("⚠" in d for d in deltas):
                 warned.add(method)
+            per_source = "".join(
+                f"{seed_cell([n['by_source'].get(t, {}).get(f'new_clients{suffix}') for n in got])} | " for t in tags)
             lines.append(
                 f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {seed_cell(train)} | "
                 f"{'' if ref[0] is None else ref[0]} | {deltas[0]} | {seed_cell(test)} | "
-                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
+                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {per_source}{'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
     if paper["rows"]:
         lines += ["", f"Paper: {paper['source']}."]
     lines += findings(exp, warned)
