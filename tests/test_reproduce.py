@@ -230,7 +230,8 @@ def test_budget_table_in_metahars_shape(tmp_path, monkeypatch):
         "optimizer.name": "adam", "optimizer.lr": 0.001, "batch_size": 16, "evaluation.views": "[personalized, new_clients]",
         "method_options.metahar.finetune_epochs": 1})))
     exp = rp.Experiment(key="tiny:b", title="Tiny budgets", config=str(config), methods=("fedavg", "metahar"),
-                        paper="metahar:table1_usc_had", writer="budgets", flagged={"metahar": "what was found"})
+                        paper="metahar:table1_usc_had", writer="budgets", flagged={"metahar": "what was found"},
+                        extra_metrics=("macro_f1",), context=("fedmat:adaptation",))
     monkeypatch.setitem(rp.EXPERIMENTS, exp.key, exp)
     out, results = tmp_path / "runs", tmp_path / "results.md"
     res = CliRunner().invoke(app, ["reproduce", "tiny:b", "--out", str(out), "--results", str(results), "--quiet"])
@@ -241,9 +242,10 @@ def test_budget_table_in_metahars_shape(tmp_path, monkeypatch):
     for n in (1, 2, 3):
         row = next(line for line in text.splitlines() if line.startswith(f"| metahar | n{n} |"))
         cells = [c.strip() for c in row.split("|")]
-        for view, col in (("personalized", 6), ("new_clients", 9)):
+        for view, col, metric in (("personalized", 6, "accuracy"), ("new_clients", 9, "accuracy"),
+                                  ("personalized", 12, "macro_f1"), ("new_clients", 13, "macro_f1")):
             sel = last[last["view"] == f"{view}@n{n}"]
-            assert cells[col] == f"{100 * np.average(sel['accuracy'], weights=sel['n']):.2f}", (n, view)
+            assert cells[col] == f"{100 * np.average(sel[metric], weights=sel['n']):.2f}", (n, view, metric)
     n3 = [c.strip() for c in next(line for line in text.splitlines() if line.startswith("| metahar | n3 |")).split("|")]
     assert (n3[7], n3[10]) == ("93.79", "91.07")
     for ours, paper, delta in ((n3[6], 93.79, n3[8]), (n3[9], 91.07, n3[11])):
@@ -251,6 +253,8 @@ def test_budget_table_in_metahars_shape(tmp_path, monkeypatch):
         assert delta == f"{d:+.2f}" + (" ⚠" if abs(d) > 2 else ""), (ours, paper, delta)
     assert ("- **metahar**: what was found." in text) == ("⚠" in n3[8] + n3[11])
     assert next(line for line in text.splitlines() if line.startswith("| fedavg | - |"))
+    assert "meta-train macro_f1 | meta-test macro_f1 | CPU-s" in text
+    assert "(Shen et al. 2022, poster, Model Adaptation" in text and "| FedMAT | 95.83 | 95.81 |" in text
 
 
 def test_budget_table_splits_meta_test_users_by_source(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from fedwear.data.partition import source_of
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     FLAG,
+    context_section,
     delta_cell,
     findings,
     header,
@@ -33,14 +34,18 @@ from fedwear.summary import aggregate_metrics
 
 
 def budget_numbers(cfg, where: Path) -> dict | None:
-    """Final-round weighted accuracy (%) of each personalized / new_clients view of one run."""
+    """Final-round weighted metrics (%) of each personalized / new_clients view of one run."""
     metrics = matching_metrics(cfg, where)
     if metrics is None:
         return None
-    def final_views(rows) -> dict[str, float]:
+    def final_views(rows) -> dict[str, dict[str, float]]:
+        """view -> metric -> the final round's test-weighted mean, in %."""
         agg = aggregate_metrics(rows, cfg.evaluation.client_weights)
-        last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test") & (agg["metric"] == "accuracy")]
-        return {r.view: 100 * float(r.weighted) for r in last.itertuples()}
+        last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test")]
+        out: dict[str, dict[str, float]] = {}
+        for r in last.itertuples():
+            out.setdefault(r.view, {})[r.metric] = 100 * float(r.weighted)
+        return out
 
     tags = [src.label for src in cfg.dataset.sources]  # a merged dataset: the views of each source's users too
     source = metrics["client"].map(lambda c: source_of(str(c), tags))
@@ -49,21 +54,29 @@ def budget_numbers(cfg, where: Path) -> dict | None:
             "by_source": {t: final_views(metrics[source == t]) for t in tags}}
 
 
+def _cells(got: list[dict], view: str, metric: str = "accuracy", source: str | None = None) -> list[float | None]:
+    """One value per run (seed) of ``view``'s ``metric``, over all users or one source's."""
+    return [(n["by_source"].get(source, {}) if source else n["views"]).get(view, {}).get(metric) for n in got]
+
+
 def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
     by_method = numbers_by_method(runs, exp.methods, budget_numbers)
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "source": "none"}
     tags = sorted({t for got in by_method.values() for n in got for t in n["by_source"]})
+    extra = [f"meta-{who} {m}" for m in exp.extra_metrics for who in ("train", "test")]
+    extra += [f"meta-test {t}" for t in tags]
     lines = [
         *header(exp, command, out),
         "Cells: accuracy in %, weighted by test windows over users (Eq. 6) at the final round, mean ± "
         "population std over the seeds listed (each seed holds out its own meta-test users). Meta-train: the "
         "training users after the method's personalisation; meta-test: held-out users after its adaptation"
-        + ("; meta-test <source>: the held-out users of that source" if tags else "")
+        + "".join(f"; meta-train / meta-test {m}: {m} in %, weighted the same way" for m in exp.extra_metrics)
+        + ("; meta-test <source>: the accuracy of that source's held-out users" if tags else "")
         + f". Δ = ours − paper; ⚠ where |Δ| > {FLAG:g} points.",
         "",
         "| Method | budget | implementation | seeds | rounds run | meta-train | paper | Δ | meta-test | paper | Δ | "
-        + "".join(f"meta-test {t} | " for t in tags) + "CPU-s (1 thread) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(tags),
+        + "".join(f"{c} | " for c in extra) + "CPU-s (1 thread) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(extra),
     ]
     warned: set[str] = set()  # methods with a ⚠ in a row
     for method in exp.methods:
@@ -72,8 +85,7 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
         budgets = sorted({v.partition("@")[2] for v in views if "@" in v}) or [""]
         for budget in budgets:
             suffix = f"@{budget}" if budget else ""
-            train = [n["views"].get(f"personalized{suffix}") for n in got]
-            test = [n["views"].get(f"new_clients{suffix}") for n in got]
+            train, test = _cells(got, f"personalized{suffix}"), _cells(got, f"new_clients{suffix}")
             ref = paper["rows"].get(f"{method}{suffix}") or [None, None]
             seeds = ",".join(str(n["seed"]) for n in got) or "-"
             rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
@@ -81,15 +93,18 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             deltas = [delta_cell(train, ref[0]), delta_cell(test, ref[1])]
             if any("⚠" in d for d in deltas):
                 warned.add(method)
-            per_source = "".join(
-                f"{seed_cell([n['by_source'].get(t, {}).get(f'new_clients{suffix}') for n in got])} | " for t in tags)
+            more = [_cells(got, f"{view}{suffix}", m) for m in exp.extra_metrics for view in ("personalized", "new_clients")]
+            more += [_cells(got, f"new_clients{suffix}", source=t) for t in tags]
+            extra_cells = "".join(f"{seed_cell(c)} | " for c in more)
             lines.append(
                 f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {seed_cell(train)} | "
                 f"{'' if ref[0] is None else ref[0]} | {deltas[0]} | {seed_cell(test)} | "
-                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {per_source}{'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
+                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {extra_cells}{'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
     if paper["rows"]:
         lines += ["", f"Paper: {paper['source']}."]
     lines += findings(exp, warned)
+    for ref in exp.context:
+        lines += context_section(paper_table(ref))
     text = "\n".join(lines) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

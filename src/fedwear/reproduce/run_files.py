@@ -127,3 +127,14 @@ def seed_cell(values: list[float | None]) -> str:
         return "n/a"
     return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std():.2f}"
 
+
+def context_section(paper: dict) -> list[str]:
+    """A paper's own table, for context: measured on other datasets than the runs (its
+    ``source`` names them), so no difference is computed."""
+    cols = paper["columns"]
+    lines = ["", f"## The paper's numbers, for context ({paper['source']})", "",
+             f"They were measured on other datasets ({paper['datasets']}), so no difference is computed.", "",
+             "| Method | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols))]
+    for method, row in paper["rows"].items():
+        lines.append(f"| {method} | " + " | ".join("N/A" if v is None else str(v) for v in row) + " |")
+    return lines

@@ -22,6 +22,7 @@ import pandas as pd
 from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
+    context_section,
     header,
     matching_metrics,
     numbers_by_method,
@@ -123,7 +124,7 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
             f"{_pm([n['generalization'] for n in got if 'generalization' in n])} | {gcell} |")
     lines += _cost_section(exp, by_method)
     if exp.paper:
-        lines += _paper_section(paper_table(exp.paper))
+        lines += context_section(paper_table(exp.paper))
     text = "\n".join(lines) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -159,17 +160,6 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
             f"| {method} | {cell(v['cpu_s'], 1, '{:.1f}')} | {cell(v['cpu_s'], ref['cpu_s'], '{:.2f}×')} | "
             f"{cell(v['held'], 1e6, '{:.2f}')} | {cell(v['held'], ref['held'], '{:.2f}×')} | "
             f"{cell(v['bytes'], 1e6, '{:.2f}')} | {cell(v['bytes'], ref['bytes'], '{:.2f}×')} |")
-    return lines
-
-
-def _paper_section(paper: dict) -> list[str]:
-    """The paper's own table, for context (other datasets than ours: no differences computed)."""
-    cols = paper["columns"]
-    lines = ["", f"## The paper's numbers, for context ({paper['source']})", "",
-             "They were measured on other datasets (HHAR, RealWorld), so no difference is computed.", "",
-             "| Method | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols))]
-    for method, row in paper["rows"].items():
-        lines.append(f"| {method} | " + " | ".join("N/A" if v is None else str(v) for v in row) + " |")
     return lines
 
 
