@@ -676,7 +676,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
                  for a in ("no_pcl", "no_cre", "no_sc")}},
         paper="pcfedh:table3",
         variants={"pcfedh": "as in pcfedh:table2-ppg_dalia (1 clustering round)",
-                  "pcfedh-no_pcl": "the encoder trained on InfoNCE only (1 clustering round)",
+                  "pcfedh-no_pcl": "the encoder trained on InfoNCE only (1 clustering round: PCFedH's run, see its "
+                                   "finding)",
                   "pcfedh-no_cre": "K-means on the raw windows, no encoder (1 clustering round)",
                   "pcfedh-no_sc": "hard clusters: a client's largest cluster, no proximal term (1 clustering round)",
                   "fedsoft": "w/o DCP = FedSoft (the paper's Table 3 row equals its FedSoft row)"},
@@ -684,6 +685,15 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in [
         flagged={
             "pcfedh": "the run of pcfedh:table2-ppg_dalia: see its finding there",
             "fedsoft": "the run of pcfedh:table2-ppg_dalia: see its finding there",
+            "pcfedh-no_pcl": (
+                "not a difference to measure at one clustering round: ProtoNCE pulls each window towards the "
+                "global prototypes of the previous clustering round (as the code: SPECS 1.3, step 2a), and with one "
+                "clustering round there is none, so this run is PCFedH's, bit for bit (python scripts/same_metrics.py "
+                "results/runs/pcfedh-ppg_dalia/pcfedh-s0 results/runs/pcfedh-ppg_dalia/pcfedh-no_pcl-s0), and it "
+                "was stopped; read the PCFedH row. The ablation needs the paper's 10 clustering rounds (its "
+                "Table 3 gap: 0.004 MSE) for both rows: at 5-8 CPU-min a clustering round here, ~1 CPU-h more per "
+                "run, not spent"
+            ),
             "pcfedh-no_cre": (
                 "open: seed 0, 62 of the 502 rounds, not yet comparable with last-round cells: PCFedH "
                 "itself scored 3.059 +- 1.918 at its round 62, against 3.008 +- 1.942 here (python "
