@@ -74,6 +74,8 @@ CLASS_NAMES = [
     "vacuum cleaning", "ironing", "folding laundry", "house cleaning", "playing soccer",
     "rope jumping",
 ]  # fmt: skip
+#: The 12 activities of PAMAP2's protocol (the optional ones excluded), as activity ids.
+PROTOCOL_IDS = [1, 2, 3, 4, 5, 6, 7, 12, 13, 16, 17, 24]
 NUM_COLUMNS = 54
 #: 0-based columns read: heart rate, then per IMU its first 13 columns (not the orientation).
 _USECOLS = [2] + [3 + 17 * k + j for k in range(3) for j in range(13)]
