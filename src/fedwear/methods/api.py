@@ -100,20 +100,6 @@ class Task:
         """Model outputs: one per class, or one regression output."""
         return 1 if self.kind == "regression" else self.num_classes
 
-    @property
-    def device(self) -> str:
-        """The torch device of the config's ``device`` (``auto``: cuda when available and the
-        method's class declares it in ``devices``, else cpu)."""
-        wanted = self.config.device
-        if wanted == "auto":
-            import torch
-
-            from fedwear.methods import method_class
-
-            able = "cuda" in method_class(self.config.method).devices
-            return "cuda" if able and torch.cuda.is_available() else "cpu"
-        return wanted
-
     @staticmethod
     def of(config: RunConfig, data: FederatedData) -> Task:
         return Task(config, data.window, len(data.channels), data.num_classes, len(data.clients), data.kind,
@@ -153,6 +139,17 @@ class Method:
     def __init__(self, task: Task, options: Options) -> None:
         self.task = task
         self.options = options
+
+    @property
+    def device(self) -> str:
+        """The torch device the method's tensors live on: the config's ``device``; ``auto`` is
+        cuda when torch sees a GPU and the class declares it in ``devices``, else cpu."""
+        wanted = self.task.config.device
+        if wanted == "auto":
+            import torch
+
+            return "cuda" if "cuda" in self.devices and torch.cuda.is_available() else "cpu"
+        return wanted
 
     # ---- data -------------------------------------------------------------------------
     def training_clients(self, data: FederatedData) -> list[ClientData]:

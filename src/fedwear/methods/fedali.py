@@ -125,7 +125,7 @@ class FedAli(FedAvg):
         with torch.random.fork_rng():
             torch.manual_seed(cfg.seed)
             return build_model("hart", self.task.window, self.task.channels, self.task.num_outputs,
-                               **options).to(self.task.device)
+                               **options).to(self.device)
 
     # ---- server ---------------------------------------------------------------------------
     def round_beta(self, round: int) -> float:

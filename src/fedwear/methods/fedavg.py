@@ -73,7 +73,7 @@ class FedAvg(Method):
             return build_model(
                 cfg.model.name, self.task.window, self.task.channels, self.task.num_outputs,
                 **cfg.model.options,
-            ).to(self.task.device)
+            ).to(self.device)
 
     def load(self, down: Record, state: Record) -> SplitModel:
         """Reuse the one model object: initial weights, then the server's parts, then the
@@ -105,7 +105,7 @@ class FedAvg(Method):
         gradients clipped at ``grad_clip`` unless ``clip`` is off."""
         if x is None or y is None:
             x, y = tensors(data)
-        x, y = x.to(self.task.device), y.to(self.task.device)  # no copy on the CPU
+        x, y = x.to(self.device), y.to(self.device)  # no copy on the CPU
         self.training_bytes = max(self.training_bytes, tensor_bytes(self))
         return train_epochs(
             model, opt.optimizer, x, y,
@@ -215,7 +215,7 @@ class FedAvg(Method):
         o, t = self.task.config.optimizer, self.task
         trained = set(self.shared + self.personal)
         return (
-            self.task.device == "cpu" and not self.task.config.drop_last
+            self.device == "cpu" and not self.task.config.drop_last
             and all(getattr(type(self), h) is getattr(FedAvg, h) for h in STEP_HOOKS)
             and o.name == "sgd" and o.scheduler == "none"
             and all(n.split(".", 1)[0] in trained for n, _ in self.model.named_parameters())
@@ -263,7 +263,7 @@ class FedAvg(Method):
         state = model.state_dict()
         keys = {part: digest((k, v.detach().cpu().numpy()) for k, v in state.items() if k.startswith(part + "."))
                 for part in PARTS}
-        return Predictor(model.features, model.head, keys["body"], keys["head"], self.task.device)
+        return Predictor(model.features, model.head, keys["body"], keys["head"], self.device)
 
     def adapt(self, down: Record, data: ClientData, seed: int) -> Record:
         """FedAvg has no adaptation: a new client uses the global model as it is."""
