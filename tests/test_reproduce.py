@@ -198,6 +198,31 @@ def test_views_table_in_fedalis_shape(tmp_path, monkeypatch):
     assert "Ek et al. 2024, Table 1" in text and "| fedali | 98.15 ± 1.75" in text
 
 
+def test_at_round_writes_each_row_as_a_run_stopped_at_that_round(tmp_path, monkeypatch):
+    """``--at-round R`` on finished runs gives the rows of runs paused at R with ``--until R``."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(dump_config(tiny_config(**{
+        "evaluation.views": "[personalized, generalization, global_pooled]",
+        "evaluation.best_statistic": "mean", "evaluation.at_start": True})))
+    exp = rp.Experiment(key="tiny:a", title="Tiny at-round", config=str(config), methods=("fedavg",),
+                        writer="views")
+    monkeypatch.setitem(rp.EXPERIMENTS, exp.key, exp)
+
+    def table(out: str, *options: str) -> list[str]:
+        results = tmp_path / f"{out}.md"
+        res = CliRunner().invoke(app, ["reproduce", "tiny:a", "--out", str(tmp_path / out), "--results",
+                                       str(results), "--quiet", *options])
+        assert res.exit_code == 0, res.output
+        return [line for line in results.read_text().splitlines() if line.startswith("| fedavg |")]
+
+    paused = table("paused", "--until", "2")
+    full = table("full")
+    cut = table("full", "--report-only", "--at-round", "2")
+    assert "| 2/3 |" in paused[0] and "| 3/3 |" in full[0]
+    assert cut[0] == paused[0] != full[0]
+    assert "--at-round 2" in (tmp_path / "full.md").read_text()
+
+
 def test_global_cell_spreads_over_seeds_only_when_there_are_several():
     from fedwear.reproduce.run_files import seed_cell
 

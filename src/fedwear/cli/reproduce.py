@@ -12,11 +12,13 @@ from fedwear.errors import FedwearError
 
 
 def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out: Path | None,
-                results: Path | None, sets: list[str] | None, until: int | None, methods: str | None = None) -> str:
-    """The command that makes a table's runs, as its results file states it (``--report-only``
-    and ``--quiet`` change nothing in the runs, so they are left out)."""
+                results: Path | None, sets: list[str] | None, until: int | None, methods: str | None = None,
+                at_round: int | None = None) -> str:
+    """The command that makes a table's runs and its results file, as that file states it
+    (``--report-only`` and ``--quiet`` change neither, so they are left out)."""
     options = [("--root", root), ("--seeds", seeds), ("--methods", methods), ("--jobs", jobs if jobs > 1 else None),
-               ("--out", out), ("--results", results), ("--until", until), *(("--set", item) for item in sets or [])]
+               ("--out", out), ("--results", results), ("--until", until), ("--at-round", at_round),
+               *(("--set", item) for item in sets or [])]
     return command_line("fedwear reproduce", [table], options)
 
 
@@ -33,6 +35,8 @@ def reproduce(
     report_only: Annotated[bool, typer.Option(help="write the results file from the runs made so far; run nothing")] = False,
     until: Annotated[int | None, typer.Option(min=1, help="bring every run to this round, then stop (resumable): "
                                                             "a table's rows at one round before any goes further")] = None,
+    at_round: Annotated[int | None, typer.Option(min=1, help="write the results file from each run as it stood at "
+                                                               "this round: rows that ran further are cut back to it")] = None,
     list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
@@ -56,7 +60,7 @@ def reproduce(
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
-        command = run_command(table, root, seeds, jobs, out, results, set_, until, methods)
+        command = run_command(table, root, seeds, jobs, out, results, set_, until, methods, at_round)
         todo = runs if methods is None else rp.only_methods(exp, runs, name_list(methods))
         target = results or Path("results") / exp.results
         if not report_only:
@@ -64,10 +68,10 @@ def reproduce(
 
             def progress(k: int, n: int, where: Path) -> None:
                 typer.echo(f"[{k}/{n}] done: {where}", err=True)
-                write_results(exp, runs, target, command, folder)
+                write_results(exp, runs, target, command, folder, at_round)
 
             run_grid(todo, jobs, quiet=quiet or jobs > 1, on_done=progress, until=until)
-        typer.echo(write_results(exp, runs, target, command, folder))
+        typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
     except FedwearError as e:
         fail(e)

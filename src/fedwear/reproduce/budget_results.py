@@ -26,16 +26,16 @@ from fedwear.reproduce.run_files import (
     header,
     matching_metrics,
     numbers_by_method,
+    rounds_run,
     seed_cell,
     total_cpu_s,
 )
-from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics
 
 
-def budget_numbers(cfg, where: Path) -> dict | None:
+def budget_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Final-round weighted metrics (%) of each personalized / new_clients view of one run."""
-    metrics = matching_metrics(cfg, where)
+    metrics = matching_metrics(cfg, where, at_round)
     if metrics is None:
         return None
     def final_views(rows) -> dict[str, dict[str, float]]:
@@ -49,8 +49,8 @@ def budget_numbers(cfg, where: Path) -> dict | None:
 
     tags = [src.label for src in cfg.dataset.sources]  # a merged dataset: the views of each source's users too
     source = metrics["client"].map(lambda c: source_of(str(c), tags))
-    return {"rounds": last_round(where / "rounds.csv"), "of": cfg.rounds, "seed": cfg.seed,
-            "views": final_views(metrics), "cpu_s": total_cpu_s(where),
+    return {"rounds": rounds_run(where, at_round), "of": cfg.rounds, "seed": cfg.seed,
+            "views": final_views(metrics), "cpu_s": total_cpu_s(where, at_round),
             "by_source": {t: final_views(metrics[source == t]) for t in tags}}
 
 
@@ -59,14 +59,15 @@ def _cells(got: list[dict], view: str, metric: str = "accuracy", source: str | N
     return [(n["by_source"].get(source, {}) if source else n["views"]).get(view, {}).get(metric) for n in got]
 
 
-def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
-    by_method = numbers_by_method(runs, exp.methods, budget_numbers)
+def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
+                         at_round: int | None = None) -> str:
+    by_method = numbers_by_method(runs, exp.methods, budget_numbers, at_round)
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "source": "none"}
     tags = sorted({t for got in by_method.values() for n in got for t in n["by_source"]})
     extra = [f"meta-{who} {m}" for m in exp.extra_metrics for who in ("train", "test")]
     extra += [f"meta-test {t}" for t in tags]
     lines = [
-        *header(exp, command, out),
+        *header(exp, command, out, at_round),
         "Cells: accuracy in %, weighted by test windows over users (Eq. 6) at the final round, mean ± "
         "population std over the seeds listed (each seed holds out its own meta-test users). Meta-train: the "
         "training users after the method's personalisation; meta-test: held-out users after its adaptation"

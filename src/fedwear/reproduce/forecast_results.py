@@ -37,11 +37,11 @@ LABEL = {"mse": "MSE", "mae": "MAE", "mape": "MAPE (%)"}
 DRIFT_ROUNDS = 50
 
 
-def final_numbers(cfg, where: Path) -> dict | None:
+def final_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Per view, the unweighted mean and population std over clients of each metric at the run's
     last evaluated round (test split), plus its rounds, CPU time and the personalized MSE's change
     since the last evaluated round at least ``DRIFT_ROUNDS`` earlier (``None`` without one)."""
-    metrics = matching_metrics(cfg, where)
+    metrics = matching_metrics(cfg, where, at_round)
     if metrics is None:
         return None
     agg = aggregate_metrics(metrics, "uniform")
@@ -55,7 +55,7 @@ def final_numbers(cfg, where: Path) -> dict | None:
     drift = None
     if len(earlier) and final in mse.index:
         drift = (int(earlier.index[-1]), float(mse[final] - earlier.iloc[-1]))
-    return {"rounds": final, "of": cfg.rounds, "views": views, "cpu_s": total_cpu_s(where),
+    return {"rounds": final, "of": cfg.rounds, "views": views, "cpu_s": total_cpu_s(where, at_round),
             "seed": cfg.seed, "drift": drift}
 
 
@@ -76,14 +76,15 @@ def margins(paper: dict) -> dict[str, float]:
     return out
 
 
-def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
-    by_method = numbers_by_method(runs, exp.methods, final_numbers)
+def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
+                           at_round: int | None = None) -> str:
+    by_method = numbers_by_method(runs, exp.methods, final_numbers, at_round)
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "metrics": list(METRICS), "source": "none"}
     has_ref = bool(paper["rows"])
     margin = margins(paper) if has_ref else {}
     head = " | ".join(f"{LABEL[m]} | paper | Δ" if has_ref else LABEL[m] for m in METRICS)
     lines = [
-        *header(exp, command, out),
+        *header(exp, command, out, at_round),
         f"Compared with: {paper['source']}." if has_ref else "No published numbers to compare with.", "",
         "Cells: each client's error on its own test windows at the last round, in bpm² (MSE), bpm (MAE) "
         "and % (MAPE); mean ± population std over clients (unweighted, as the paper), averaged over "

@@ -32,9 +32,9 @@ from fedwear.summary import aggregate_metrics, best_round
 LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
 
 
-def run_numbers(cfg, where: Path) -> dict | None:
+def run_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Best-round and per-metric-best values (personalized view, test split, in %) of one run."""
-    metrics = matching_metrics(cfg, where)
+    metrics = matching_metrics(cfg, where, at_round)
     if metrics is None:
         return None
     ev = cfg.evaluation
@@ -47,7 +47,7 @@ def run_numbers(cfg, where: Path) -> dict | None:
     own_best = sel.groupby("metric")["weighted"].max()
     curve = sel[sel["metric"] == "accuracy"].set_index("round")["weighted"]
     per_round, clock = float("nan"), "cpu"
-    times = timing(where)
+    times = timing(where, at_round)
     if len(times):  # CPU-seconds; runs begun before timing.csv had cpu_s: wall seconds
         later = times[times["round"] > 0]
         if "cpu_s" in later and later["cpu_s"].notna().any():
@@ -73,9 +73,9 @@ def rounds_to(curve: pd.Series, target: float) -> int | None:
     return int(hit.index.min()) if len(hit) else None
 
 
-def collect(runs: list[Planned]) -> dict[str, list[dict]]:
+def collect(runs: list[Planned], at_round: int | None = None) -> dict[str, list[dict]]:
     """method -> the numbers of its runs made so far (with their seeds)."""
-    return numbers_by_method(runs, (), run_numbers)
+    return numbers_by_method(runs, (), run_numbers, at_round)
 
 
 def reference_table(exp: Experiment) -> dict:
@@ -92,21 +92,24 @@ def reference_table(exp: Experiment) -> dict:
     return {"rows": {}, "metrics": list(LABEL), "source": "none"}
 
 
-def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
+def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
+                  at_round: int | None = None) -> str:
+    """Write ``exp``'s results file at ``path`` from its runs; ``at_round``: each run as it stood
+    at that round (rows compared at one budget)."""
     if runs and task_kind(runs[0][1]) == "regression":
-        return write_forecast_results(exp, runs, path, command, out)
+        return write_forecast_results(exp, runs, path, command, out, at_round)
     if exp.writer == "views":
-        return write_views_results(exp, runs, path, command, out)
+        return write_views_results(exp, runs, path, command, out, at_round)
     if exp.writer == "budgets":
-        return write_budget_results(exp, runs, path, command, out)
-    by_method = collect(runs)
+        return write_budget_results(exp, runs, path, command, out, at_round)
+    by_method = collect(runs, at_round)
     paper = reference_table(exp)
     ref_label = paper.get("label", "paper")
     has_ref = bool(paper["rows"])
     ref_cols = (lambda m: f"{LABEL[m]} | {ref_label} | Δ") if has_ref else (lambda m: LABEL[m])
     cfg0 = runs[0][1]
     lines = [
-        *header(exp, command, out),
+        *header(exp, command, out, at_round),
         f"Compared with ({ref_label}): {paper['source']}." if has_ref else "No published numbers to compare with.",
         "",
         f"## Ours{' next to the ' + ref_label if has_ref else ''} (personalized view; each run's best round by "

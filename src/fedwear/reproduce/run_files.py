@@ -11,25 +11,32 @@ import pandas as pd
 
 from fedwear.config import RunConfig, load_config
 from fedwear.errors import FedwearError
+from fedwear.rundir import last_round
 from fedwear.version import __version__
 
 if TYPE_CHECKING:
     from fedwear.reproduce import Experiment
 
 
-def matching_metrics(cfg: RunConfig, where: Path) -> pd.DataFrame | None:
+def matching_metrics(cfg: RunConfig, where: Path, at_round: int | None = None) -> pd.DataFrame | None:
     """``where``'s ``metrics.csv`` when the folder holds a run of ``cfg`` (same config hash) with at
-    least one evaluated round; None when it was not run yet or is a run of another config."""
+    least one evaluated round (up to ``at_round`` when given: the run as it stood then); None when
+    it was not run yet or is a run of another config."""
     if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
         return None
     if load_config(where / "config.yaml").hash() != cfg.hash():
         return None
-    metrics = pd.read_csv(where / "metrics.csv")
+    metrics = cut(pd.read_csv(where / "metrics.csv"), at_round)
     return None if metrics.empty else metrics
 
 
-def timing(where: Path) -> pd.DataFrame:
-    """``timing.csv`` (one row per round), empty when the run has none."""
+def cut(frame: pd.DataFrame, at_round: int | None) -> pd.DataFrame:
+    """The rows of a per-round file up to ``at_round`` (all of them without one)."""
+    return frame if at_round is None or "round" not in frame else frame[frame["round"] <= at_round]
+
+
+def timing(where: Path, at_round: int | None = None) -> pd.DataFrame:
+    """``timing.csv`` (one row per round, up to ``at_round`` when given), empty when the run has none."""
     path = where / "timing.csv"
     if not path.exists():
         return pd.DataFrame()
@@ -41,12 +48,13 @@ def timing(where: Path) -> pd.DataFrame:
     if "round" not in frame:
         raise FedwearError(f"{path} has no round column: continue the run with the same command, "
                            "which rewrites it, or remove the run folder")
-    return frame
+    return cut(frame, at_round)
 
 
-def total_cpu_s(where: Path) -> float:
-    """The run's CPU seconds over all rounds (NaN for runs begun before timing.csv had cpu_s)."""
-    t = timing(where)
+def total_cpu_s(where: Path, at_round: int | None = None) -> float:
+    """The run's CPU seconds over its rounds (up to ``at_round``; NaN for runs begun before
+    timing.csv had cpu_s)."""
+    t = timing(where, at_round)
     return float(t["cpu_s"].sum()) if len(t) and "cpu_s" in t else float("nan")
 
 
@@ -64,24 +72,34 @@ def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
     return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
 
 
+def rounds_run(where: Path, at_round: int | None = None) -> int:
+    """The last round in a run folder's ``rounds.csv`` (0 when none), or ``at_round`` if that is earlier."""
+    last = last_round(where / "rounds.csv")
+    return last if at_round is None else min(last, at_round)
+
+
 def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[str, ...],
-                      read: Callable[[RunConfig, Path], dict | None]) -> dict[str, list[dict]]:
-    """Method -> what ``read`` makes of each of its runs that has numbers yet, in the order of ``runs``."""
+                      read: Callable[[RunConfig, Path, int | None], dict | None],
+                      at_round: int | None = None) -> dict[str, list[dict]]:
+    """Method -> what ``read`` makes of each of its runs that has numbers yet (each as it stood at
+    ``at_round`` when given), in the order of ``runs``."""
     by_method: dict[str, list[dict]] = {m: [] for m in methods}
     for method, cfg, where in runs:
         by_method.setdefault(method, [])
-        nums = read(cfg, where)
+        nums = read(cfg, where, at_round)
         if nums is not None:
             by_method[method].append(nums)
     return by_method
 
 
-def header(exp: Experiment, command: str, out: Path) -> list[str]:
+def header(exp: Experiment, command: str, out: Path, at_round: int | None = None) -> list[str]:
     """A results file's opening lines: title, the command that made the runs, protocol, and the
     known differences from a run of the authors' code."""
     return [
         f"# {exp.title}", "",
         f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.", "",
+        *([f"Every row as its run stood at round {at_round} (`--at-round`): later rounds are left out, "
+           "so rows that ran further are compared at the same budget.", ""] if at_round else []),
         f"Protocol: {exp.notes}.", "",
         *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
           if exp.differences else []),

@@ -23,26 +23,27 @@ from fedwear.compare import Planned
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     context_section,
+    cut,
     header,
     matching_metrics,
     numbers_by_method,
+    rounds_run,
     seed_cell,
     timing,
 )
-from fedwear.rundir import last_round
 from fedwear.summary import aggregate_metrics, best_round, per_client_best
 
 
-def view_numbers(cfg, where: Path) -> dict | None:
+def view_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Personalization / generalization macro-F1 (mean, std over clients) at the best round,
     the global view's pooled accuracy and macro-F1 at its own best round, and the run's cost."""
-    metrics = matching_metrics(cfg, where)
+    metrics = matching_metrics(cfg, where, at_round)
     if metrics is None:
         return None
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)
     test = agg[agg["split"] == "test"]
-    trained = last_round(where / "rounds.csv") or int(metrics["round"].max())
+    trained = rounds_run(where, at_round) or int(metrics["round"].max())
     out: dict = {"rounds": trained, "of": cfg.rounds, "seed": cfg.seed,
                  "per_client": ev.best_statistic == "per_client"}
     if out["per_client"]:
@@ -63,22 +64,22 @@ def view_numbers(cfg, where: Path) -> dict | None:
         g = best_round(agg, rule, ev.best_split, "mean")
         at = test[(test["round"] == g) & (test["view"] == "global_pooled")].set_index("metric")["mean"]
         out["global"] = (100 * float(at["accuracy"]), 100 * float(at["macro_f1"]), g)
-    out.update(_cost(where))
+    out.update(_cost(where, at_round))
     return out
 
 
-def _cost(where: Path) -> dict:
+def _cost(where: Path, at_round: int | None) -> dict:
     """CPU seconds per training round (median), training bytes per round (mean, down + up) and
     the tensor bytes a client's method held while training (median of the rounds' largest)."""
     out = {"cpu_s": float("nan"), "bytes": float("nan"), "held": float("nan")}
-    t = timing(where)
+    t = timing(where, at_round)
     if len(t):
         t = t[t["round"] > 0]
         if len(t) and "cpu_s" in t:
             out["cpu_s"] = float(t["cpu_s"].median())
     rounds = where / "rounds.csv"
     if rounds.exists():
-        r = pd.read_csv(rounds)
+        r = cut(pd.read_csv(rounds), at_round)
         r = r[r["round"] > 0]
         if len(r):
             out["bytes"] = float((r["bytes_down"] + r["bytes_up"]).mean())
@@ -94,10 +95,11 @@ def _pm(cells: list[tuple[float, float]]) -> str:
     return f"{np.mean([c[0] for c in cells]):.2f} ± {np.mean([c[1] for c in cells]):.2f}"
 
 
-def write_views_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path) -> str:
-    by_method = numbers_by_method(runs, exp.methods, view_numbers)
+def write_views_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
+                        at_round: int | None = None) -> str:
+    by_method = numbers_by_method(runs, exp.methods, view_numbers, at_round)
     lines = [
-        *header(exp, command, out),
+        *header(exp, command, out, at_round),
         "Cells: macro-F1 in %, mean ± population std over clients at the best round (the highest "
         "unweighted mean personalization accuracy on the test split), averaged over the seeds listed. "
         "Global: the server model on the pooled test set of all clients at the round of its best "
