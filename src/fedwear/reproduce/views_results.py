@@ -148,7 +148,9 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
     ref = {k: mean(by_method.get("fedavg") or [], k) for k in keys}
     lines = ["", "## Cost per round relative to FedAvg (FedAli's Table 3 shape)", "",
              "CPU: median CPU seconds of a round (all of the round's clients, one thread, the round's "
-             "evaluation included); memory: the tensors a client's method holds while it trains (its "
+             "evaluation included), each run's own under the load it ran with; local training alone, "
+             "all methods measured side by side in one run, is `benchmarks/fedali_cost.py` "
+             "(`results/bench_fedali_cost.md`); memory: the tensors a client's method holds while it trains (its "
              "models, anchors and prototypes; not the data, optimiser state or activations: "
              "`training_bytes` in rounds.csv); bytes: training messages down + up per round. "
              "× FedAvg is n/a until FedAvg has run.", "",
