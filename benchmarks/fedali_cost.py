@@ -6,14 +6,15 @@ client's method holds while it trains, and its bytes per round, relative to FedA
 
 Each method runs the packaged ``fedali:table1-uci_hapt`` config (the code-faithful protocol: HART,
 5 local epochs of Adam, batch 64) on the first ``--clients`` clients for ``--rounds`` rounds, in
-a fresh subprocess with one thread; every repeat runs all methods one after another, so load on
-the machine hits them alike. Local training CPU is the ``time.process_time()`` spent in the
-clients' ``fit`` (the method's local work: training, its extra forward passes, proximal terms,
-prototype and statistics updates; not the server's aggregation, k-means or QP, nor evaluation),
-summed over a round's clients; round 1 is left out (FedProto trains without its prototype term
-and FedAli with beta 0 there). Memory is the round's ``training_bytes`` per client (the tensors a
-client's method holds: models, anchors, prototypes; not data, optimiser state or activations)
-and bytes are a client's training messages down + up, both from the run's rounds.csv.
+a fresh subprocess with one thread; every repeat runs all methods one after another (every
+other repeat in reverse order), so load on the machine hits them alike. Local training CPU is
+the ``time.process_time()`` spent in the clients' ``fit`` (the method's local work: training,
+its extra forward passes, proximal terms, prototype and statistics updates; not the server's
+aggregation, k-means or QP, nor evaluation), summed over a round's clients; round 1 is left
+out (FedProto trains without its prototype term and FedAli with beta 0 there). Memory is the
+round's ``training_bytes`` per client (the tensors a client's method holds: models, anchors,
+prototypes; not data, optimiser state or activations) and bytes are a client's training
+messages down + up, both from the run's rounds.csv.
 """
 
 from __future__ import annotations
@@ -78,17 +79,19 @@ def run_child(args: argparse.Namespace, method: str) -> dict:
 
 
 def table(args: argparse.Namespace, got: dict[str, list[dict]]) -> str:
-    def stat(method: str, key: str, skip_first: bool) -> float:
-        return statistics.median(v for g in got[method] for v in g[key][1 if skip_first else 0:])
+    def values(method: str, key: str) -> list[float]:  # round 1 of local training left out
+        return [v for g in got[method] for v in g[key][1 if key == "fit_cpu_s" else 0:]]
 
-    ref = {k: stat("fedavg", k, k == "fit_cpu_s") for k in ("fit_cpu_s", "held", "bytes_per_client")}
-    lines = ["| Method | local train CPU-s / round | × FedAvg | memory MB / client | × FedAvg | "
+    keys = ("fit_cpu_s", "held", "bytes_per_client")
+    ref = {k: statistics.median(values("fedavg", k)) for k in keys}
+    lines = ["| Method | local train CPU-s / round (min-max) | × FedAvg | memory MB / client | × FedAvg | "
              "MB / client / round | × FedAvg |", "|---|---|---|---|---|---|---|"]
     for method in args.methods:
-        v = {k: stat(method, k, k == "fit_cpu_s") for k in ref}
-        lines.append(f"| {method} | {v['fit_cpu_s']:.1f} | {v['fit_cpu_s'] / ref['fit_cpu_s']:.2f}× | "
-                     f"{v['held'] / 1e6:.2f} | {v['held'] / ref['held']:.2f}× | {v['bytes_per_client'] / 1e6:.2f} | "
-                     f"{v['bytes_per_client'] / ref['bytes_per_client']:.2f}× |")
+        v = {k: statistics.median(values(method, k)) for k in keys}
+        cpu = values(method, "fit_cpu_s")
+        lines.append(f"| {method} | {v['fit_cpu_s']:.1f} ({min(cpu):.1f}-{max(cpu):.1f}) | "
+                     f"{v['fit_cpu_s'] / ref['fit_cpu_s']:.2f}× | {v['held'] / 1e6:.2f} | {v['held'] / ref['held']:.2f}× | "
+                     f"{v['bytes_per_client'] / 1e6:.2f} | {v['bytes_per_client'] / ref['bytes_per_client']:.2f}× |")
     return "\n".join(lines)
 
 
@@ -111,7 +114,7 @@ def main() -> None:
         args.methods.insert(0, "fedavg")
     got: dict[str, list[dict]] = {m: [] for m in args.methods}
     for repeat in range(args.repeats):
-        for method in args.methods:
+        for method in args.methods[::-1] if repeat % 2 else args.methods:  # drift hits both ends alike
             got[method].append(run_child(args, method))
             print(f"repeat {repeat + 1}/{args.repeats} {method}: fit CPU-s per round "
                   f"{[round(v, 1) for v in got[method][-1]['fit_cpu_s']]}", file=sys.stderr)
