@@ -16,19 +16,10 @@ import time
 
 import torch
 import torch.nn.functional as F
+from step_overheads import median_ms  # benchmarks/ is on sys.path when this file runs
 
 from fedwear.methods.training import make_optimizer
 from fedwear.models import alp, hart
-
-
-def median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return sorted(times)[len(times) // 2] * 1e3
 
 
 def block_parts(layer: alp.ALP, tokens: torch.Tensor, repeats: int) -> list[float]:
@@ -63,9 +54,13 @@ def main() -> None:
         opt.step()
 
     times = {name: [] for name in models}
+    for name in models:
+        step(name)  # warm-up
     for _ in range(args.repeats):  # alternating, so load hits both alike
         for name in models:
-            times[name].append(median_ms(lambda n=name: step(n), 1))
+            t = time.process_time()
+            step(name)
+            times[name].append((time.process_time() - t) * 1e3)
     print("(a) training step, ms:", {k: round(sorted(v)[len(v) // 2], 1) for k, v in times.items()})
 
     layers = models["hart-alp"][0].alp_layers()
