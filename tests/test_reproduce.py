@@ -221,6 +221,8 @@ def test_at_round_writes_each_row_as_a_run_stopped_at_that_round(tmp_path, monke
     assert "| 2/3 |" in paused[0] and "| 3/3 |" in full[0]
     assert cut[0] == paused[0] != full[0]
     assert "--at-round 2" in (tmp_path / "full.md").read_text()
+    table("short", "--until", "1")  # a run still short of round 2 (running, or paused before it)
+    assert "| not run |" in table("short", "--report-only", "--at-round", "2")[0]
 
 
 def test_global_cell_spreads_over_seeds_only_when_there_are_several():

@@ -82,10 +82,13 @@ def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[st
                       read: Callable[[RunConfig, Path, int | None], dict | None],
                       at_round: int | None = None) -> dict[str, list[dict]]:
     """Method -> what ``read`` makes of each of its runs that has numbers yet (each as it stood at
-    ``at_round`` when given), in the order of ``runs``."""
+    ``at_round`` when given; an unfinished run that has not reached it yet is left out, as its
+    numbers would be of a smaller budget), in the order of ``runs``."""
     by_method: dict[str, list[dict]] = {m: [] for m in methods}
     for method, cfg, where in runs:
         by_method.setdefault(method, [])
+        if at_round is not None and not (where / "summary.json").exists() and rounds_run(where) < at_round:
+            continue
         nums = read(cfg, where, at_round)
         if nums is not None:
             by_method[method].append(nums)
@@ -99,7 +102,8 @@ def header(exp: Experiment, command: str, out: Path, at_round: int | None = None
         f"# {exp.title}", "",
         f"Produced by `{command}` (fedwear {__version__}); run folders in `{out}`.", "",
         *([f"Every row as its run stood at round {at_round} (`--at-round`): later rounds are left out, "
-           "so rows that ran further are compared at the same budget.", ""] if at_round else []),
+           "so rows that ran further are compared at the same budget, and runs still short of it are not "
+           "shown yet.", ""] if at_round else []),
         f"Protocol: {exp.notes}.", "",
         *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
           if exp.differences else []),

@@ -145,6 +145,9 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
     def cell(value: float, scale: float, fmt: str) -> str:
         return "n/a" if np.isnan(value / scale) else fmt.format(value / scale)
 
+    def ratio(value: float, scale: float) -> str:  # FedProto's bytes are ~0.001x: one significant digit
+        return cell(value, scale, "{:.1g}×" if value / scale < 0.01 else "{:.2f}×")
+
     ref = {k: mean(by_method.get("fedavg") or [], k) for k in keys}
     lines = ["", "## Cost per round relative to FedAvg (FedAli's Table 3 shape)", "",
              "CPU: median CPU seconds of a round (all of the round's clients, one thread, the round's "
@@ -161,9 +164,9 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
             continue
         v = {k: mean(got, k) for k in keys}
         lines.append(
-            f"| {method} | {cell(v['cpu_s'], 1, '{:.1f}')} | {cell(v['cpu_s'], ref['cpu_s'], '{:.2f}×')} | "
-            f"{cell(v['held'], 1e6, '{:.2f}')} | {cell(v['held'], ref['held'], '{:.2f}×')} | "
-            f"{cell(v['bytes'], 1e6, '{:.2f}')} | {cell(v['bytes'], ref['bytes'], '{:.2f}×')} |")
+            f"| {method} | {cell(v['cpu_s'], 1, '{:.1f}')} | {ratio(v['cpu_s'], ref['cpu_s'])} | "
+            f"{cell(v['held'], 1e6, '{:.2f}')} | {ratio(v['held'], ref['held'])} | "
+            f"{cell(v['bytes'], 1e6, '{:.2f}')} | {ratio(v['bytes'], ref['bytes'])} |")
     return lines
 
 
