@@ -13,6 +13,7 @@ from fedwear import reproduce as rp
 from fedwear.cli import app
 from fedwear.config import dump_config
 from fedwear.reproduce.results import write_results
+from fedwear.rundir import CHECKPOINT
 from tests.helpers import tiny_config
 
 
@@ -71,6 +72,24 @@ def test_methods_runs_a_subset_and_the_file_still_covers_the_table(table, tmp_pa
     assert "| local |" in text and "--methods local" in text
     bad = CliRunner().invoke(app, [*args, "--methods", "local,nope"])
     assert bad.exit_code != 0 and "nope not in this table" in bad.output and "Traceback" not in bad.output
+
+
+def test_overwrite_starts_the_selected_runs_again_and_only_those(table, tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    args = ["reproduce", "tiny:t", "--out", str(out), "--results", str(results), "--quiet"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    local = (out / "local-s0" / "metrics.csv").read_bytes()
+    (out / "fedavg-s0" / "summary.json").unlink()  # stopped before any checkpoint: cannot resume
+    (out / "fedavg-s0" / CHECKPOINT).unlink()
+    stuck = CliRunner().invoke(app, [*args, "--methods", "fedavg", "--seeds", "0"])
+    assert stuck.exit_code == 2 and "--overwrite" in stuck.output and "Traceback" not in stuck.output
+    again = CliRunner().invoke(app, [*args, "--methods", "fedavg", "--seeds", "0", "--overwrite"])
+    assert again.exit_code == 0, again.output
+    assert (out / "fedavg-s0" / "summary.json").exists()
+    assert (out / "local-s0" / "metrics.csv").read_bytes() == local  # not selected: untouched
+    assert "--overwrite" not in results.read_text()  # the stated command makes the runs without it
+    both = CliRunner().invoke(app, [*args, "--overwrite", "--report-only"])
+    assert both.exit_code == 2 and "drop one of them" in both.output
 
 
 def test_list_shows_how_far_each_table_got(table, tmp_path, monkeypatch):

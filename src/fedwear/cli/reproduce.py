@@ -15,7 +15,7 @@ def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out:
                 results: Path | None, sets: list[str] | None, until: int | None, methods: str | None = None,
                 at_round: int | None = None) -> str:
     """The command that makes a table's runs and its results file, as that file states it
-    (``--report-only`` and ``--quiet`` change neither, so they are left out)."""
+    (``--report-only``, ``--overwrite`` and ``--quiet`` change neither, so they are left out)."""
     options = [("--root", root), ("--seeds", seeds), ("--methods", methods), ("--jobs", jobs if jobs > 1 else None),
                ("--out", out), ("--results", results), ("--until", until), ("--at-round", at_round),
                *(("--set", item) for item in sets or [])]
@@ -37,6 +37,8 @@ def reproduce(
                                                             "a table's rows at one round before any goes further")] = None,
     at_round: Annotated[int | None, typer.Option(min=1, help="write the results file from each run as it stood at "
                                                                "this round: rows that ran further are cut back to it")] = None,
+    overwrite: Annotated[bool, typer.Option(help="start the selected runs again from round 0 (with --methods and "
+                                                 "--seeds: only those); the default reuses or resumes them")] = False,
     list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
@@ -57,6 +59,8 @@ def reproduce(
                 status = f"; {folder}: {table_progress(rp.plan(exp, folder, None))}" if folder.is_dir() else ""
                 typer.echo(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods{status})")
             return
+        if report_only and overwrite:
+            raise FedwearError("--overwrite with --report-only: --report-only runs nothing, so drop one of them")
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
@@ -70,7 +74,7 @@ def reproduce(
                 typer.echo(f"[{k}/{n}] done: {where}", err=True)
                 write_results(exp, runs, target, command, folder, at_round)
 
-            run_grid(todo, jobs, quiet=quiet or jobs > 1, on_done=progress, until=until)
+            run_grid(todo, jobs, overwrite, quiet=quiet or jobs > 1, on_done=progress, until=until)
         typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
     except FedwearError as e:
