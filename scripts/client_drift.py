@@ -9,7 +9,7 @@ Reads each run folder's ``checkpoint.pkl`` and prints, at the checkpoint's round
 absolute difference between any client's model weight and the server's (for methods whose server
 holds one model), the range of FedALA's ALA weights (``ala.*``), and each client's soft-cluster
 weights ``u`` with its largest entry (FedSoft, PCFedH). The findings of
-``pcfedh:table2-ppg_dalia`` (``fedwear.reproduce.PCFEDH_PPG_FLAGGED``) cite these numbers.
+``pcfedh:table2-ppg_dalia`` (``fedwear.reproduce.tables.pcfedh.PCFEDH_PPG_FLAGGED``) cite these numbers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""One module per paper: its experiments (tables) and the findings they print."""

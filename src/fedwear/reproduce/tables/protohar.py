@@ -1,0 +1,159 @@
+"""ProtoHAR's tables (Cheng et al.): Table II on USC-HAD, its leakage-free protocol, and UCI HAPT."""
+
+from __future__ import annotations
+
+from fedwear.reproduce.experiment import Experiment
+
+PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold", "lgfedavg", "fedhome",
+                    "fedrep", "protohar", "centralized")
+#: What still differs from a run of ProtoHAR's code on the same data (SPECS Part A).
+PROTOHAR_DIFFERENCES = (
+    "client order: subjects sorted (the code takes os.listdir order, so its partition seed "
+    "assigns classes and windows to different clients)",
+    "the 20-shot split and the dropped classes are drawn with numpy's Generator, not the code's "
+    "legacy numpy.random state: the same kind of split, not the same windows; the split alone moves "
+    "FedAvg's best accuracy by about 2 points: results/protohar_authors_split.md runs fedwear and the "
+    "authors' code on the authors' own split (benchmarks/protohar_authors_split.py)",
+    "gradient clipping covers the parameters being trained; the code's clip_grad_norm_ runs over "
+    "all parameters, so in ProtoHAR's and FedRep's head and body steps the frozen part's "
+    "gradients left from the other step count towards the norm",
+)
+#: What the investigation of each flagged (|Δ| > 2) row of protohar:table2 found.
+PROTOHAR_GLOBAL_MODEL_GAP = (
+    "the split, and one seed's noise, not the method: on the authors' own split (their uschad_subdata.py), "
+    "fedwear's FedAvg reaches 70.30 against the paper's 70.81, and the authors' code itself 68.77 on that split "
+    "on this CPU (results/protohar_authors_split.md). FedProx with mu 0.01 adds a pull of 0.01 (w - w_global) to "
+    "FedAvg's steps on the same clients in the same rounds, yet its seed-0 best lands 1.1 under FedAvg's seed-0 best here, "
+    "where its run before the proximal term was summed over one flat vector (the same term, rounded "
+    "differently) landed 0.2 under: the best of 300 rounds of one seed moves by about a point with float "
+    "rounding alone. MOON, the third method training the same model the same way, lands 0.9 above FedAvg at seed 0; "
+    "the paper's three, each a three-seed mean, sit within 0.5 of each other"
+)
+# What seeds 0-2 of the multi-seed rows say about a seed-0-only row.
+PROTOHAR_SEED0_LOW = (
+    "Seed 0 is the lowest of seeds 0-2 for each of the six methods run at three seeds (FedAvg, FedRep, ProtoHAR, "
+    "FedProto, LG-FedAvg, SOLO), 0.9 to 2.3 points under their three-seed means, and every seed-0 run but "
+    "MOON's starts from the same initial weights (their round-0 evaluations are identical, client by client): "
+    "a seed-0-only row is likely to sit under the paper's three-seed mean"
+)
+PROTOHAR_FLAGGED = {
+    "fedavg": PROTOHAR_GLOBAL_MODEL_GAP,
+    "fedprox": f"{PROTOHAR_GLOBAL_MODEL_GAP}. {PROTOHAR_SEED0_LOW}",
+    "moon": PROTOHAR_GLOBAL_MODEL_GAP,
+    "local": (
+        "the split and the batch order, not the rounds: seeds 0-2 give 52.29 / 54.71 / 54.14, 0.06 points past "
+        "the 2-point line (F1 0.16). The 60 rounds run instead of the code's 300 do not lower the best: each "
+        "seed's last 10 rounds sit flat within 0.6 points (48.1-48.7, 51.8-52.2, 49.5-49.9), 2.7 to 4.4 under "
+        "its own peak (rounds 14, 25, 14), as a model that has fit its ~170 train windows would. On the authors' "
+        "split fedwear's SOLO reaches 52.60 (round 24 of 60), the authors' code 54.69 (after 17 rounds of "
+        "training; the best of its first 32 of 60 rounds, results/protohar_authors_split.md). Read side by side "
+        "with the authors' code, the two SOLOs train and evaluate alike (all 14 clients every round, 5 epochs, "
+        "SGD 1e-3 with momentum 0.9 kept per client, clipping at 100, batch 32 with the last partial one, the "
+        "same initial weights at seed 0, train-weighted means); only the order of the batches is drawn "
+        "differently. For FedAvg the same comparison went the other way (fedwear 70.30, the authors' code "
+        "68.77): single runs on clients this small differ by about 2 points either way, and the split alone "
+        "moves FedAvg's best by about 2 (see the differences above)"
+    ),
+    "fedhome": (
+        "FedAvg's gap, and no gain from personalization here: FedHome's first 250 rounds are FedAvg's, bit for bit "
+        "(68.46 at round 143, FedAvg's seed-0 best); its 50 rounds of SMOTE on frozen embeddings and head-only "
+        "fine-tuning "
+        "lift the round-250 model from 64.57 to 67.36 accuracy and from 54.44 to 59.86 F1 (round 282), still below "
+        "FedAvg's seed-0 best, where the paper's FedHome ends 0.34 above its FedAvg. The paper's FedHome AUC "
+        "equals its "
+        "FedAvg's to the third decimal (90.633), as it would if each metric's maximum over rounds was reported (the "
+        "authors' ResultLogging.average_data does that; main.py does not call it) and FedHome's highest AUC fell "
+        "in its FedAvg rounds; in the per-metric table below that is what happens (91.42 for both). "
+        f"{PROTOHAR_SEED0_LOW}"
+    ),
+    "scaffold": (
+        "accuracy and F1 are within 0.8 points; the paper's AUC of 85.00 sits 5.6 points under its FedAvg's "
+        "at a similar accuracy, which no other row of its table shows, while here SCAFFOLD's AUC follows its "
+        "accuracy as every method's does; SCAFFOLD is not in ProtoHAR's code, so the paper's figure cannot "
+        "be traced"
+    ),
+}
+PROTOHAR_VARIANTS = {
+    "local": "ProtoHAR's code (SOLO; its rounds: see the notes)",
+    "fedavg": "ProtoHAR's code",
+    "fedrep": "ProtoHAR's code (E_h 1, head lr 0.01)",
+    "fedhome": "ProtoHAR's code (SMOTE, not the paper's autoencoder)",
+    "protohar": "ProtoHAR's code (variant: code, first-sample prototypes)",
+    "fedprox": "FedProx paper (mu 0.01; not in ProtoHAR's code)",
+    "moon": "MOON paper/code (mu 1, tau 0.5, 256-d projection; not in ProtoHAR's code)",
+    "fedproto": "FedProto code (lambda 1, L2; not in ProtoHAR's code)",
+    "scaffold": "SCAFFOLD paper, option II (server lr 1; a momentum step counts as eta / (1 - beta); not in "
+                "ProtoHAR's code)",
+    "lgfedavg": "LG-FedAvg paper (local body, global head; from scratch, where its code starts from a FedAvg-trained model; not in ProtoHAR's code)",
+    "centralized": "sanity row: one model on the pooled train windows (its rounds: see the notes)",
+}
+
+
+EXPERIMENTS = [
+    Experiment(
+        key="protohar:table2",
+        title="ProtoHAR, Table II on USC-HAD (code-faithful protocol)",
+        config="protohar_usc_had.yaml",
+        methods=PROTOHAR_METHODS,
+        # seeds 1-2 also for the rows whose seed-0 gap was open (see PROTOHAR_FLAGGED)
+        more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep", "fedproto", "lgfedavg", "local")},
+        sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
+        run_first=("protohar", "fedavg", "fedrep"),
+        paper="protohar:table2",
+        rounds_table="protohar:table3",
+        variants=PROTOHAR_VARIANTS,
+        notes=(
+            "300 rounds, 3 of 14 clients per round, 5 local epochs, SGD lr 1e-3 momentum 0.9 with one "
+            "optimiser per client kept across rounds, batch 32; 20-shot per class split with 2 of 12 "
+            "classes dropped per client (partition seed 1), windows 512 x 6 with the trailing window "
+            "per trial (test windows overlapping a train window kept, as the code does), no normalisation; "
+            "evaluation of every client at the start of each round "
+            "(round 0 = untrained), weighted by train windows, micro AUC on logits, best round by "
+            "personalized accuracy on the test split (the paper's optimistic selection). SOLO (local) "
+            "and the centralized sanity row run 60 rounds: every client trains every round, so 300 "
+            "rounds would cost ~10 CPU-hours each here"
+        ),
+        differences=PROTOHAR_DIFFERENCES,
+        flagged=PROTOHAR_FLAGGED,
+        results="protohar_uschad.md",
+    ),
+    Experiment(
+        key="protohar:table2-leakfree",
+        title="ProtoHAR's Table II methods on USC-HAD under fedwear's leakage-free protocol",
+        config="protohar_usc_had_leakfree.yaml",
+        methods=PROTOHAR_METHODS,
+        # protohar:table2's SOLO and centralized runs peak by round 15 of their 60 (~100 CPU-min each)
+        sets={"centralized": ("rounds=30",), "local": ("rounds=30",)},
+        reference="protohar:table2",
+        run_first=("protohar", "fedavg", "fedrep"),
+        variants=PROTOHAR_VARIANTS,
+        notes=(
+            "the federation, model, optimiser and label skew of protohar:table2, but a time-ordered "
+            "70/30 split per class with a one-window gap (all windows, no 20-shot cap, no overlapping "
+            "trailing windows), the best round chosen on a validation split (the last 20% of each "
+            "class's train side, with a gap), weights = test windows; 300 rounds (SOLO and "
+            "centralized 30 = 150 epochs: in protohar:table2 both peak by round 15 of 60)"
+        ),
+        results="protohar_uschad_leakfree.md",
+    ),
+    Experiment(
+        key="protohar:table2-uci_hapt",
+        title="ProtoHAR's Table II methods on UCI HAPT (code-faithful protocol; not in the paper)",
+        config="protohar_uci_hapt.yaml",
+        methods=PROTOHAR_METHODS,
+        more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep")},  # as protohar:table2
+        sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
+        run_first=("protohar", "fedavg", "fedrep"),
+        variants=PROTOHAR_VARIANTS,
+        notes=(
+            "protohar:table2's protocol on UCI HAPT: 30 users (5 per round), 12 classes, windows "
+            "128 x 6 at 50 Hz with the trailing window per labelled run, lr 1e-2; 300 rounds (SOLO "
+            "and centralized 60). Macro-F1 sits far under accuracy: each client has at most one test "
+            "window (and 0-4 train windows) of each of the six transitions, and a per-client macro-F1 "
+            "counts that window's class as much as a basic activity's nine; pooled over clients, "
+            "protohar-s0's final model recalls 39-74% of each transition's windows and 93-100% of the "
+            "basic activities' (results/protohar_uci_hapt_per_class.txt, scripts/per_class_scores.py)"
+        ),
+        results="protohar_uci_hapt.md",
+    ),
+]
