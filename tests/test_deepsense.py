@@ -101,6 +101,39 @@ def test_forward_equals_the_codes_time_major_layout():
         torch.testing.assert_close(m(x), m.head(embedding))
 
 
+ATTENSENSE = {"fusion": "attention", "pooling": "attention", "rnn": "gru"}
+
+
+def test_attensense_parameter_count_by_layer():
+    """The same branches (99,840); sensor attention Linear(64 x 7 = 448, 64) 28,736 + score 64;
+    GRU(448, 100) 3 x 100 x 548 + 600 = 165,000, GRU(100, 100) 60,600; interval attention
+    Linear(100, 64) 6,464 + 64."""
+    m = model(**ATTENSENSE)
+    assert count(m.body.branches) == 99840
+    assert count(m.body.fusion) == 28736 + 64
+    assert count(m.body.rnn) == 165000 + 60600
+    assert count(m.body.pool) == 6464 + 64
+    assert count(m.body) == 99840 + 28800 + 225600 + 6528 == 360768
+
+
+def test_attensense_with_flat_scores_averages_sensors_and_intervals():
+    """With the score layers at zero every weight is 1/S (sensors) and 1/n (intervals): the
+    attention fusion is the mean of the sensor branches' features and the pooling the mean of
+    the GRU's outputs, computed here by hand."""
+    m = model(**ATTENSENSE).eval()
+    x = windows()
+    with torch.no_grad():
+        m.body.fusion.score.weight.zero_()
+        m.body.pool.score.weight.zero_()
+        feat = m.body.spectral(x).unsqueeze(1)
+        acc, gyro = torch.split(feat, 8, dim=3)
+        per_sensor = [b(p).permute(0, 2, 1, 3, 4).flatten(2) for b, p in zip(m.body.branches, (acc, gyro), strict=True)]
+        seq, _ = m.body.rnn((per_sensor[0] + per_sensor[1]) / 2)
+        torch.testing.assert_close(m.features(x), seq.mean(dim=1))
+        m.body.pool.score.weight.normal_()  # scores that differ: not the mean any more
+        assert not torch.allclose(m.features(x), seq.mean(dim=1))
+
+
 def test_frequency_rows_modes_differ_only_in_the_frequency_rows():
     a, b = model(frequency_rows="code").eval(), model(frequency_rows="true").eval()
     assert torch.equal(a.body.spectral(windows())[:, :, 1::2], b.body.spectral(windows())[:, :, 1::2])
@@ -129,7 +162,8 @@ def test_determinism_from_the_seed_and_no_dropout_in_eval():
         assert torch.equal(first, d(x))  # ... from the torch seed
 
 
-def test_learns_a_frequency_task():
+@pytest.mark.parametrize("options", [{}, ATTENSENSE], ids=["deepsense", "attensense"])
+def test_learns_a_frequency_task(options):
     """Two classes: 2 Hz vs 6 Hz sinusoids on every axis at 50 Hz, random phase and amplitude."""
     g = torch.Generator().manual_seed(0)
     y = torch.arange(32) % 2
@@ -137,7 +171,7 @@ def test_learns_a_frequency_task():
     freq = torch.where(y == 1, 6.0, 2.0)[:, None, None]
     phase = torch.rand(32, 1, 6, generator=g) * 6.28
     x = (0.5 + torch.rand(32, 1, 1, generator=g)) * torch.sin(2 * torch.pi * freq * t[None, :, None] + phase)
-    m = model(48, classes=2, filters=8, embedding=16)
+    m = model(48, classes=2, filters=8, embedding=16, **options)
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
     losses = []
     for _ in range(20):
@@ -154,6 +188,8 @@ def test_learns_a_frequency_task():
     (10, 6, {}, "fewer than one interval"),
     (150, 6, {"frequency_rows": "none"}, "frequency_rows"),
     (150, 6, {"rnn": "transformer"}, "rnn"),
+    (150, 6, {"fusion": "sum"}, "fusion"),
+    (150, 6, {"pooling": "max"}, "pooling"),
     (150, 6, {"dropout": 1.0}, "dropout"),
 ])
 def test_bad_shapes_and_options_are_one_line_config_errors(window, channels, options, says):

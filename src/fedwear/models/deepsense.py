@@ -28,6 +28,14 @@ resampled them, UCI HAPT's native rate) configure the input transform (SPECS 2.1
 
 Parameters for acc + gyro windows and Q classes: 348,608 + 101 Q (``tests/test_deepsense.py``
 counts them by layer). Channels must form 3-axis sensors (C a multiple of 3); one branch each.
+
+**AttenSense-style** (``fusion: attention``, ``pooling: attention``, with ``rnn: gru``): the
+FedMAT poster's AttenSense baseline, after AttnSense (Ma et al., IJCAI 2019): the same sensor
+branches, then soft attention over the sensors in place of the fusion conv (each interval's
+sensor features ``z_s`` [F x 7, channel-major] weighted by ``softmax_s(v^T tanh(W z_s + b))``
+and summed), a GRU over the intervals, and the same soft attention over the intervals in place
+of the mean. AttnSense's code is not available (SPECS C, "Not found"): ``attention_hidden`` (the width of
+``W``), 64, is not from a source.
 """
 
 from __future__ import annotations
@@ -64,30 +72,58 @@ class SensorBranch(nn.Module):
         return self.axes(self.pairs(x))
 
 
+class SoftAttention(nn.Module):
+    """AttnSense's attention (Ma et al., IJCAI 2019): over the second-to-last axis of ``z``
+    [..., N, D], weights ``softmax_i(v^T tanh(W z_i + b))``, output ``sum_i w_i z_i`` [..., D]."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, hidden)
+        self.score = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(self.score(torch.tanh(self.proj(z))), dim=-2)
+        return (weights * z).sum(dim=-2)
+
+
+def intervals_first(h: torch.Tensor) -> torch.Tensor:
+    """A conv output ``[B, F, n, 1, W]`` -> ``[B, n, F * W]`` (channel-major, as the code)."""
+    return h.permute(0, 2, 1, 3, 4).flatten(2)
+
+
 class DeepSenseBody(nn.Module):
-    """Spectral transform, sensor branches, fusion conv, recurrent layers, mean over intervals."""
+    """Spectral transform, sensor branches, fusion (conv, or attention over the sensors),
+    recurrent layers, pooling over intervals (mean, or attention)."""
 
     def __init__(self, spectral: Spectral, filters: int, rnn: str, layers: int, embedding: int,
-                 dropout: float) -> None:
+                 dropout: float, fusion: str = "conv", pooling: str = "mean", attention_hidden: int = 64) -> None:
         super().__init__()
         self.spectral = spectral
         self.branches = nn.ModuleList(SensorBranch(spectral.axes, filters, dropout) for _ in range(spectral.sensors))
-        self.fusion = conv_block(filters, filters, (1, spectral.sensors, 3), (1, 1, 2), (0, 0, 1), dropout)
-        width = filters * ((spectral.bins + 2 - 3) // 2 + 1)  # the fusion conv's output width (stride 2)
+        if fusion == "conv":
+            self.fusion = conv_block(filters, filters, (1, spectral.sensors, 3), (1, 1, 2), (0, 0, 1), dropout)
+            width = filters * ((spectral.bins + 2 - 3) // 2 + 1)  # the fusion conv's output width (stride 2)
+        else:
+            width = filters * spectral.bins  # one sensor's features per interval
+            self.fusion = SoftAttention(width, attention_hidden)
+        self.fuse_by_attention = fusion == "attention"
         cell = nn.LSTM if rnn == "lstm" else nn.GRU
         self.rnn = cell(width, embedding, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.pool = SoftAttention(embedding, attention_hidden) if pooling == "attention" else None
         self.out_features = embedding
 
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, T, C]`` -> ``[B, n, filters * width]`` (intervals as the time axis)."""
+        """``[B, T, C]`` -> ``[B, n, width]`` (intervals as the time axis)."""
         z = self.spectral(x).unsqueeze(1)  # [B, 1, n, R, bins]
         parts = z.split(self.spectral.rows_per_sensor, dim=3)
-        h = self.fusion(torch.cat([branch(p) for branch, p in zip(self.branches, parts, strict=True)], dim=3))
-        return h.permute(0, 2, 1, 3, 4).flatten(2)  # [B, n, F * 1 * W']: channel-major, as the code
+        sensors = [branch(p) for branch, p in zip(self.branches, parts, strict=True)]  # [B, F, n, 1, bins] each
+        if self.fuse_by_attention:
+            return self.fusion(torch.stack([intervals_first(h) for h in sensors], dim=2))  # over [B, n, S, F * bins]
+        return intervals_first(self.fusion(torch.cat(sensors, dim=3)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.rnn(self._conv(x))
-        return out.mean(dim=1)
+        return out.mean(dim=1) if self.pool is None else self.pool(out)
 
 
 class DeepSenseOptions(ModelOptions):
@@ -108,6 +144,15 @@ class DeepSenseOptions(ModelOptions):
     embedding: PositiveInt = Field(100, description="recurrent hidden size = embedding size (SPECS 2.2: 100)")
     dropout: float = Field(0.0, ge=0, lt=1, description="after each conv block and between recurrent layers; "
                            "0: Meta-HAR's code (the paper says 0.3)")
+    fusion: Literal["conv", "attention"] = Field(
+        "conv", description="conv: DeepSense's fusion conv (Meta-HAR's code); attention: AttnSense's soft attention "
+        "over the sensors",
+    )
+    pooling: Literal["mean", "attention"] = Field(
+        "mean", description="over the intervals' recurrent outputs: mean (Meta-HAR's code) or AttnSense's soft "
+        "attention",
+    )
+    attention_hidden: PositiveInt = Field(64, description="width of the attention layers (not from a source)")
 
 
 class DeepSense(SplitModel):
@@ -131,6 +176,9 @@ class DeepSense(SplitModel):
         rnn_layers: int = 2,
         embedding: int = 100,
         dropout: float = 0.0,
+        fusion: str = "conv",
+        pooling: str = "mean",
+        attention_hidden: int = 64,
     ) -> None:
         super().__init__()
         if frequency_rows not in ("code", "true"):
@@ -138,8 +186,12 @@ class DeepSense(SplitModel):
                               "branches merge (frequency, magnitude) row pairs)")
         if rnn not in ("lstm", "gru"):
             raise ConfigError(f"model.name=deepsense: rnn={rnn!r} (lstm or gru)")
+        if fusion not in ("conv", "attention") or pooling not in ("mean", "attention"):
+            raise ConfigError(f"model.name=deepsense: fusion={fusion!r} (conv or attention), pooling={pooling!r} "
+                              "(mean or attention)")
         spectral = Spectral(window, channels, interval, samples, magnitude, rate_hz, frequency_rows, "deepsense")
-        self.body = DeepSenseBody(spectral, filters, rnn, rnn_layers, embedding, dropout)
+        self.body = DeepSenseBody(spectral, filters, rnn, rnn_layers, embedding, dropout, fusion, pooling,
+                                  attention_hidden)
         self.head = nn.Linear(embedding, num_classes)
 
 

@@ -4,23 +4,35 @@ from __future__ import annotations
 
 from fedwear.reproduce.experiment import Experiment
 
+
+def central_reference(options: str = "") -> tuple[str, ...]:
+    """The poster's centralised references: Meta-HAR's input transform and network with a GRU
+    (DeepSense's), 10 epochs on the pooled data; ``options``: more ``model.options``."""
+    extra = f", {options}" if options else ""
+    return ("method=centralized", "model.name=deepsense",
+            "model.options={interval: 12, samples: 150, magnitude: true, frequency_rows: code, rate_hz: 50, "
+            f"rnn: gru{extra}}}", "rounds=10", "local_epochs=1", "evaluation.every=10",
+            "evaluation.best_metric=personalized.accuracy")
+
+
 EXPERIMENTS = [
     Experiment(
         key="fedmat:table-usc_had",
         title="FedMAT and its ablations on USC-HAD (its released code's protocol; not in its poster)",
         config="fedmat_usc_had.yaml",
-        methods=("deepsense-central", "fedmat", "fedmat-no_sensor", "fedmat-no_fusion"),
+        methods=("deepsense-central", "attensense-central", "fedmat", "fedmat-no_sensor", "fedmat-no_fusion"),
         seeds=(0, 1, 2, 3, 4),
         sets={"fedmat-no_sensor": ("method=fedmat", "model.options.masks=no_sensor"),
               "fedmat-no_fusion": ("method=fedmat", "model.options.masks=no_fusion"),
-              "deepsense-central": ("method=centralized", "model.name=deepsense",
-                                    "model.options={interval: 12, samples: 150, magnitude: true, frequency_rows: code, "
-                                    "rate_hz: 50, rnn: gru}", "rounds=10", "local_epochs=1", "evaluation.every=10",
-                                    "evaluation.best_metric=personalized.accuracy")},
+              "deepsense-central": central_reference(),
+              "attensense-central": central_reference("fusion: attention, pooling: attention")},
         variants={"fedmat": "FedMAT's code (bugs fixed: permute, batch-first GRU, logits)",
                   "fedmat-no_sensor": "FedMAT-noSMask", "fedmat-no_fusion": "FedMAT-noFMask",
                   "deepsense-central": "the poster's DeepSense reference, centralised: DeepSense (GRU) trained 10 "
-                                       "epochs on the pooled data with FedMAT's optimiser, no fine-tuning"},
+                                       "epochs on the pooled data with FedMAT's optimiser, no fine-tuning",
+                  "attensense-central": "the poster's AttenSense reference, centralised as DeepSense's: "
+                                        "AttnSense-style attention over sensors and intervals (its code is not "
+                                        "available; models/deepsense.py)"},
         notes=("14 users, Meta-HAR's 6 activities at 50 Hz in 3 s samples, 0-2 activities removed per user, 80/20 "
                "per user, 1 new user per seed; 900 rounds of 5 users x 5 epochs with the pairwise loss, lambda "
                "0.5; budgets e2 and e4 of two-stage fine-tuning; Meta-HAR's rows: metahar:table1-usc_had"),
