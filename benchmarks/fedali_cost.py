@@ -82,6 +82,9 @@ def table(args: argparse.Namespace, got: dict[str, list[dict]]) -> str:
     def values(method: str, key: str) -> list[float]:  # round 1 of local training left out
         return [v for g in got[method] for v in g[key][1 if key == "fit_cpu_s" else 0:]]
 
+    def ratio(a: float, b: float) -> str:  # one significant digit under 0.01 (FedProto's bytes: 0.0009x)
+        return f"{a / b:.2f}×" if a / b >= 0.01 else f"{a / b:.1g}×"
+
     keys = ("fit_cpu_s", "held", "bytes_per_client")
     ref = {k: statistics.median(values("fedavg", k)) for k in keys}
     lines = ["| Method | local train CPU-s / round (min-max) | × FedAvg | memory MB / client | × FedAvg | "
@@ -90,8 +93,8 @@ def table(args: argparse.Namespace, got: dict[str, list[dict]]) -> str:
         v = {k: statistics.median(values(method, k)) for k in keys}
         cpu = values(method, "fit_cpu_s")
         lines.append(f"| {method} | {v['fit_cpu_s']:.1f} ({min(cpu):.1f}-{max(cpu):.1f}) | "
-                     f"{v['fit_cpu_s'] / ref['fit_cpu_s']:.2f}× | {v['held'] / 1e6:.2f} | {v['held'] / ref['held']:.2f}× | "
-                     f"{v['bytes_per_client'] / 1e6:.2f} | {v['bytes_per_client'] / ref['bytes_per_client']:.2f}× |")
+                     f"{ratio(v['fit_cpu_s'], ref['fit_cpu_s'])} | {v['held'] / 1e6:.2f} | {ratio(v['held'], ref['held'])} | "
+                     f"{v['bytes_per_client'] / 1e6:.2f} | {ratio(v['bytes_per_client'], ref['bytes_per_client'])} |")
     return "\n".join(lines)
 
 
