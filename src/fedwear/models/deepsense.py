@@ -106,7 +106,6 @@ class DeepSenseBody(nn.Module):
         else:
             width = filters * spectral.bins  # one sensor's features per interval
             self.fusion = SoftAttention(width, attention_hidden)
-        self.fuse_by_attention = fusion == "attention"
         cell = nn.LSTM if rnn == "lstm" else nn.GRU
         self.rnn = cell(width, embedding, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0)
         self.pool = SoftAttention(embedding, attention_hidden) if pooling == "attention" else None
@@ -117,7 +116,7 @@ class DeepSenseBody(nn.Module):
         z = self.spectral(x).unsqueeze(1)  # [B, 1, n, R, bins]
         parts = z.split(self.spectral.rows_per_sensor, dim=3)
         sensors = [branch(p) for branch, p in zip(self.branches, parts, strict=True)]  # [B, F, n, 1, bins] each
-        if self.fuse_by_attention:
+        if isinstance(self.fusion, SoftAttention):
             return self.fusion(torch.stack([intervals_first(h) for h in sensors], dim=2))  # over [B, n, S, F * bins]
         return intervals_first(self.fusion(torch.cat(sensors, dim=3)))
 
