@@ -57,3 +57,11 @@ def test_runs_are_reproducible_and_record_the_parameters(tmp_path):
 def test_methods_without_mean_aggregation_are_refused(method):
     with pytest.raises(ConfigError, match="privacy.dp needs a method whose server averages"):
         method_and_data(method=method, **{"privacy.dp": "central"})
+
+
+def test_checkpoints_of_a_private_run_that_keeps_trained_models(tmp_path):
+    """The checkpoint leaves out the trained models of next round's clients: the wrapper must
+    answer for the inner method's client selection there too."""
+    sets = {"privacy.dp": "central", "evaluation.personal_model": "trained", "checkpoint_every": 1, "rounds": 2}
+    result = fedwear.run(tiny_config(**sets), tmp_path / "run")
+    assert (result.out_dir / "checkpoint.pkl").exists() and result.summary["final"]

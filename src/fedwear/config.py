@@ -35,7 +35,8 @@ class Strict(BaseModel):
 
 class ModelConfig(Strict):
     name: str = Field("cnn", description="cnn (small 1-D CNN), harcnn (ProtoHAR's CNN), hart (FedAli's transformer, "
-                      "with ALP layers: options.alp) or lstm (PCFedH's predictor)")
+                      "with ALP layers: options.alp), lstm (PCFedH's predictor), deepsense (Meta-HAR's embedding "
+                      "network) or fedmat (FedMAT's shared and client networks)")
     options: dict[str, Any] = Field(
         default_factory=dict, description="options of the chosen model (checked per model; see docs/config.md)"
     )

@@ -34,7 +34,7 @@ class CentralDP:
         if not getattr(method, "mean_aggregation", False):
             raise ConfigError(
                 f"privacy.dp=central: {method.name} does not aggregate by a mean of client arrays; "
-                "central DP applies to fedavg and fedprox"
+                "central DP needs a method whose server averages client arrays (Method.mean_aggregation)"
             )
         _dp()
         self.inner = method
