@@ -191,10 +191,6 @@ class ALP(nn.Module):
         self.register_buffer("beta", torch.full((1,), float(options.beta)))  # (1,): Flower arrays have no 0-d
         self.glu = GLU(dim) if options.glu else None
 
-    def set_beta(self, beta: float) -> None:
-        """Set beta in place (a method may instead send it in the ``beta`` array)."""
-        self.beta.fill_(float(beta))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, z, d = x.shape
         flat = x.reshape(b * z, d)
