@@ -339,3 +339,19 @@ def test_budget_table_splits_meta_test_users_by_source(tmp_path, monkeypatch):
         sel = new[new["client"].str.startswith(f"{tag}-")]
         assert len(sel) == 1
         assert row[head.index(f"meta-test {tag}")] == f"{100 * np.average(sel['accuracy'], weights=sel['n']):.2f}"
+
+
+def test_views_cells_say_which_split_chose_the_best_rounds():
+    """The paper's protocol selects on test data and says so; the leakage-free one selects on
+    validation data, the global row by the global view there."""
+    from fedwear.reproduce.views_results import _cells_text
+
+    paper = _cells_text(tiny_config(**{"evaluation.best_split": "test"}).evaluation)
+    assert "on the test split" in paper and "its best pooled accuracy" in paper
+    assert paper.count("selection on test data, as the paper") == 2
+    leakfree = _cells_text(tiny_config(**{
+        "evaluation.best_split": "val", "dataset.val_fraction": 0.2,
+        "evaluation.views": "[personalized, global, global_pooled]",
+        "evaluation.best_for": "{global_pooled: global.accuracy}"}).evaluation)
+    assert "test split" not in leakfree and "test data, as" not in leakfree
+    assert "best global.accuracy (unweighted mean over clients) on the validation split" in leakfree
