@@ -84,11 +84,13 @@ def reference_table(exp: Experiment) -> dict:
         return paper_table(exp.paper)
     if exp.reference:
         ref = experiment(exp.reference)
-        got = collect(plan(ref, default_out(ref), None))
+        planned = plan(ref, default_out(ref), None)
+        got = collect(planned)
         rows = {m: [float(np.nanmean([n["at_best"][k] for n in runs])) for k in LABEL]
                 for m, runs in got.items() if runs}
+        split = planned[0][1].evaluation.best_split if planned else "test"
         return {"rows": rows, "metrics": list(LABEL), "label": "paper's protocol (ours)",
-                "source": f"our runs of `fedwear reproduce {ref.key}` ({default_out(ref)}), best round on test"}
+                "source": f"our runs of `fedwear reproduce {ref.key}` ({default_out(ref)}), best round on {split}"}
     return {"rows": {}, "metrics": list(LABEL), "source": "none"}
 
 
