@@ -354,4 +354,4 @@ def test_views_cells_say_which_split_chose_the_best_rounds():
         "evaluation.views": "[personalized, global, global_pooled]",
         "evaluation.best_for": "{global_pooled: global.accuracy}"}).evaluation)
     assert "test split" not in leakfree and "test data, as" not in leakfree
-    assert "best global.accuracy (unweighted mean over clients) on the validation split" in leakfree
+    assert "the global view's best accuracy (unweighted mean over clients) on the validation split" in leakfree

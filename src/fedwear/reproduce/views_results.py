@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedwear.compare import Planned
+from fedwear.config import EvaluationConfig
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     context_section,
@@ -128,14 +129,15 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
     return text
 
 
-def _cells_text(ev) -> str:
+def _cells_text(ev: EvaluationConfig) -> str:
     """What a cell is, with the split every best round is chosen on (``evaluation.best_split``):
     the test split as the paper, or the leakage-free protocol's validation split."""
     on_test = ev.best_split == "test"
     split = {"test": "test split", "val": "validation split"}.get(ev.best_split, f"{ev.best_split} split")
     rule = ev.best_for.get("global_pooled", "global_pooled.accuracy")
+    view, _, metric = rule.partition(".")
     glob = ("its best pooled accuracy" if rule == "global_pooled.accuracy"
-            else f"the best {rule} (unweighted mean over clients) on the {split}")
+            else f"the {view} view's best {metric} (unweighted mean over clients) on the {split}")
     flag = "selection on test data, as the paper" if on_test else "no selection on test data"
     return ("Cells: macro-F1 in %, mean ± population std over clients at the best round (the highest "
             f"unweighted mean personalization accuracy on the {split}), averaged over the seeds listed. "
