@@ -255,6 +255,10 @@ def test_merge_errors(registered: types.ModuleType, tmp_path: Path) -> None:
     ]}  # fmt: skip
     with pytest.raises(DataError, match=r"^dataset.sources\[1\] \(usc_had\): root '.*nope' does not exist"):
         load_federated(DatasetConfig(**missing), 0)
+    from_parent = {**missing, "root": str(tmp_path), "sources": [missing["sources"][0], {"name": "usc_had"}]}
+    with pytest.raises(DataError, match=r"usc_had' does not exist .*: dataset.root \(--root of fedwear reproduce\) "
+                       r"must be the folder holding a usc_had/ folder"):
+        load_federated(DatasetConfig(**from_parent), 0)
     missing["sources"][1] = {"name": "usc_had"}  # no root, and no bundled USC-HAD
     with pytest.raises(ConfigError, match=r"^dataset.sources\[1\] \(usc_had\): root is not set"):
         load_federated(DatasetConfig(**missing), 0)

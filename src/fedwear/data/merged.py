@@ -88,7 +88,8 @@ def source_root(i: int, src: SourceConfig, parent: str | None = None) -> Path | 
     mod = loader(i, src)
     if getattr(mod, "GENERATED", False):
         return None
-    if src.root is None and parent is not None:
+    from_parent = src.root is None and parent is not None
+    if from_parent:
         src = src.model_copy(update={"root": str(Path(parent).expanduser() / src.name)})
     if src.root is None:
         bundled = bundled_root(src.name)
@@ -100,8 +101,10 @@ def source_root(i: int, src: SourceConfig, parent: str | None = None) -> Path | 
         return bundled
     root = Path(src.root).expanduser()
     if not root.is_dir():
+        fix = (f"dataset.root (--root of fedwear reproduce) must be the folder holding a {src.name}/ folder, or "
+               if from_parent else "")
         raise DataError(
-            f"{_where(i, src)}: root {str(root)!r} does not exist or is not a folder: set "
+            f"{_where(i, src)}: root {str(root)!r} does not exist or is not a folder: {fix}set "
             f"dataset.sources[{i}].root to the folder holding {getattr(mod, 'TITLE', src.name)}"
         )
     return root
