@@ -96,6 +96,7 @@ def source_root(i: int, src: SourceConfig, parent: str | None = None) -> Path | 
         if bundled is None:
             raise ConfigError(
                 f"{_where(i, src)}: root is not set and fedwear ships no {src.name} subset: set "
+                f"dataset.root (--root of fedwear reproduce) to the folder holding a {src.name}/ folder, or "
                 f"dataset.sources[{i}].root=/path/to/{src.name}"
             )
         return bundled
