@@ -86,6 +86,16 @@ def test_error_in_a_set_value_blames_the_set_not_the_file(tmp_path):
     path.write_text("rounds: -2\n")
     with pytest.raises(ConfigError, match=rf"^{path}: key 'rounds'"):
         load_config(path, ["seed=3"])
+    path.write_text("rounds: 5\nmethod: fedprox\n")  # keys checked after validation: method and model options
+    with pytest.raises(ConfigError, match=r"^--set method_options.fedprox.mux=1: method_options.fedprox.mux"):
+        load_config(path, ["method_options.fedprox.mux=1"])
+    with pytest.raises(ConfigError, match=r"^--set model.options.widht=3: model.options.widht"):
+        load_config(path, ["model.options.widht=3"])
+    with pytest.raises(ConfigError, match=r"^--set method=nope: method: unknown method"):
+        load_config(path, ["method=nope"])
+    path.write_text("rounds: 5\nmethod: nope\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: method: unknown method"):
+        load_config(path, ["model.options.width=3"])
 
 
 def test_secure_aggregation_allowed_for_averaging_methods():

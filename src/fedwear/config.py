@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -272,6 +273,9 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+_LEADING_KEY = re.compile(r"^(?:key ')?([A-Za-z_][\w.]*)")
+
+
 def _source_of(loc: tuple, overrides: list[tuple[str, Any]], path: str | Path | None) -> str:
     """Who set the offending key: the ``--set`` item that covers it, else the file (or 'config')."""
     key = ".".join(str(p) for p in loc)
@@ -314,8 +318,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{source}: {e}") from None
     try:
         check_consistency(cfg)
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
+    except ConfigError as e:  # its message starts with the key at fault: blame the --set that set it
+        key = _LEADING_KEY.match(str(e))
+        raise ConfigError(f"{_source_of(tuple(key.group(1).split('.')) if key else (), sets, path)}: {e}") from None
     return cfg
 
 
