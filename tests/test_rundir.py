@@ -151,6 +151,8 @@ def test_summary_records_library_versions(tmp_path):
     assert s["versions"]["torch"] == torch.__version__
     assert s["versions"]["scikit-learn"] == sklearn.__version__
     assert set(s["versions"]) >= {"python", "numpy", "flwr"}
+    assert s["versions"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert s["versions"]["cpu"]
     assert json.loads((tmp_path / "summary.json").read_text())["versions"] == s["versions"]
 
 
