@@ -162,3 +162,22 @@ def test_default_cache_is_the_users_cache_not_the_working_directory(tmp_path, mo
     fedwear.run(tiny_config(**{"dataset.cache_dir": "user"}), tmp_path / "run")
     assert list((tmp_path / "xdg" / "fedwear" / "processed").glob("synthetic-*.pkl"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "xdg"]
+
+
+def test_resume_on_another_cpu_is_logged(tmp_path):
+    """A checkpoint keeps the libraries and CPU that wrote it; resuming elsewhere says so."""
+    import pickle
+
+    cfg = tiny_config(rounds=4, checkpoint_every=1)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, out, callbacks=[Interrupt(after=2)])
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, out, resume=True, callbacks=[Interrupt(after=3)])
+    assert "WARNING" not in (out / "run.log").read_text()
+    ckpt = pickle.loads((out / CHECKPOINT).read_bytes())
+    ckpt["versions"] = {**ckpt["versions"], "cpu_capability": "OTHER"}
+    (out / CHECKPOINT).write_bytes(pickle.dumps(ckpt))
+    fedwear.run(cfg, out, resume=True)
+    log = (out / "run.log").read_text()
+    assert "WARNING resuming" in log and "cpu_capability OTHER -> " in log

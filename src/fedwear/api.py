@@ -94,6 +94,9 @@ def run(
     cbs = _start_out_dir(cfg, out, quiet, [*([pause] if pause else []), *(callbacks or [])],
                          fresh=plan.checkpoint is None)
     try:
+        if plan.checkpoint is not None and (moved := rundir.moved_since(plan.checkpoint)):
+            log.warning("resuming %s on other libraries or another CPU (%s): the rounds from here may not "
+                        "match an uninterrupted run bit for bit", out, moved)
         log_data(data)
         if cfg.engine == "flower-sim":
             from fedwear.engines.flower import run_simulation

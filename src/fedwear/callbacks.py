@@ -21,6 +21,7 @@ from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, rows_summary
 from fedwear.methods.api import Record
+from fedwear.summary import library_versions
 
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
@@ -101,6 +102,7 @@ class Checkpointer(Callback):
 
     def __init__(self, out: Path, every: int) -> None:
         self.path, self.every = out / CHECKPOINT, every
+        self.versions = library_versions()
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         if self.every and (info.round % self.every == 0 or info.round == runner.cfg.rounds or runner.stop):
@@ -108,6 +110,7 @@ class Checkpointer(Callback):
             save_checkpoint(self.path, {
                 "config_hash": runner.cfg.hash(), "round": info.round, "server": runner.server,
                 "clients": checkpoint_states(runner, info.round), "callbacks": callbacks,
+                "versions": self.versions,
             })
             runner.executor.checkpoint_saved()
 

@@ -23,6 +23,7 @@ from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.errors import ConfigError, FedwearError
+from fedwear.summary import library_versions
 
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,
@@ -78,6 +79,18 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> Plan:
             "the files do not belong together; rerun with --overwrite"
         )
     return Plan(checkpoint=ckpt)
+
+
+def moved_since(checkpoint: dict) -> str | None:
+    """What differs between the libraries and CPU that wrote ``checkpoint`` and these (its
+    ``versions``, as ``summary.json`` records them), or None: a run continued elsewhere runs
+    its remaining rounds on other float kernels, so it may not match an uninterrupted run bit
+    for bit."""
+    then, now = checkpoint.get("versions"), library_versions()
+    if not then:
+        return None
+    moved = [f"{k} {then.get(k)} -> {now.get(k)}" for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+    return "; ".join(moved) or None
 
 
 def clear(out: Path) -> None:
