@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pandas as pd
@@ -166,8 +167,6 @@ def test_default_cache_is_the_users_cache_not_the_working_directory(tmp_path, mo
 
 def test_resume_on_another_cpu_is_logged(tmp_path):
     """A checkpoint keeps the libraries and CPU that wrote it; resuming elsewhere says so."""
-    import pickle
-
     cfg = tiny_config(rounds=4, checkpoint_every=1)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
