@@ -21,7 +21,7 @@ from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, rows_summary
 from fedwear.methods.api import Record
-from fedwear.summary import library_versions
+from fedwear.version import library_versions
 
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",

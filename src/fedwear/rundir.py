@@ -23,7 +23,7 @@ from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.summary import library_versions
+from fedwear.version import library_versions
 
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,

@@ -8,6 +8,7 @@ import pandas as pd
 
 from fedwear.config import METRICS, RunConfig
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, client_weights, summarize
+from fedwear.version import library_versions
 
 
 def metric_columns(metrics: pd.DataFrame) -> list[str]:
@@ -163,39 +164,4 @@ def _best_rule(cfg: RunConfig) -> str:
     return text
 
 
-def library_versions() -> dict[str, str | None]:
-    """What bit-for-bit reproducibility depends on (None: not installed or not known): the
-    library versions, and the CPU, whose instruction set picks torch's float kernels
-    (``cpu_capability``, e.g. AVX512 or AVX2; oneDNN's convolutions choose theirs from the same
-    CPU), so the same versions on another kind of CPU can give other numbers."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("torch", "numpy", "scipy", "scikit-learn", "pandas", "flwr"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    out["cpu"] = cpu_model()
-    out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    return out
-
-
-def cpu_model() -> str | None:
-    """The CPU's model name (Linux ``/proc/cpuinfo``, else ``platform.processor()``)."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-__all__ = ["aggregate_metrics", "build_summary", "library_versions"]
+__all__ = ["aggregate_metrics", "build_summary"]
