@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
 __version__ = "0.1.0"
 
 
@@ -10,10 +13,7 @@ def library_versions() -> dict[str, str | None]:
     library versions, and the CPU, whose instruction set picks torch's float kernels
     (``cpu_capability``, e.g. AVX512 or AVX2; oneDNN's convolutions choose theirs from the same
     CPU), so the same versions on another kind of CPU can give other numbers."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
+    import torch  # here, not at import time: `import fedwear` stays light for the CLI's --help
 
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in ("torch", "numpy", "scipy", "scikit-learn", "pandas", "flwr"):
@@ -28,8 +28,6 @@ def library_versions() -> dict[str, str | None]:
 
 def cpu_model() -> str | None:
     """The CPU's model name (Linux ``/proc/cpuinfo``, else ``platform.processor()``)."""
-    import platform
-
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
