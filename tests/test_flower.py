@@ -177,7 +177,7 @@ def test_client_state_lives_in_context_state(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "protohar", "fedavg+dp", "pcfedh", "metahar"])
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "protohar", "fedavg+dp", "pcfedh", "metahar", "fedmat"])
 def test_flower_sim_equals_sim(tmp_path, method):
     name = method.split("+")[0]
     sets = {"dataset.cache_dir": str(tmp_path / "cache"), **PHASES.get(name, {})}
