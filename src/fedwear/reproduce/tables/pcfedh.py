@@ -72,7 +72,7 @@ PCFEDH_PPG_FLAGGED = {
         "(SPECS 1.6), and this row is fedwear's own conversion (the MSE loss kept, prototypes of 10-bpm bins "
         "of the target beside it). The paper's 23.133 is 4.9x the MSE of repeating the last value (4.748 on "
         "these windows), so its conversion was not one that learns the next value as this one does; ours converged (-0.001 "
-        "over rounds 250-300) to 2.546, beside the paper's PCFedH (2.549). FedProto shares no weights, so "
+        "over rounds 250-300, -0.000 over 450-500) to 2.546, beside the paper's PCFedH (2.549). FedProto shares no weights, so "
         "each client trains its own model: at equal local epochs (500: its round 100, Local's 100) it "
         "scores 2.613 against Local's 2.577, and it keeps improving over 1,500 (metrics.csv of fedproto-s0 "
         "and local-s0)"
