@@ -278,3 +278,19 @@ def test_cli_default_matches():
     cli_report = importlib.import_module("fedwear.cli.report")  # the package's `report` is the command
     assert cli_report.TSNE_WINDOWS == prototypes.TSNE_WINDOWS
     assert forecast_mod.VIEW == "personalized"
+
+
+def test_tsne_features_without_cre_are_the_raw_windows(tmp_path):
+    """Table 3's w/o CRE clusters raw windows: its figure uses them, not the untrained encoder."""
+    run = tmp_path / "pcfedh-no_cre-s0"
+    fedwear.run(tiny_regression_config(method="pcfedh", **{"method_options.pcfedh": {**PCFEDH, "ablation": "no_cre"}}),
+                run)
+    r = restored(run)
+    f = encoder_features(r, 40)
+    assert f is not None and not isinstance(f, Skipped) and "raw windows" in f.encoder
+    x = np.concatenate([c.train.x for c in r.data.clients])
+    x = x[sample(len(x), 40)]
+    method = build_method(Task.of(r.cfg, r.data))
+    want = method.features(method.load_encoder(Record(r.checkpoint["server"].arrays)), torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(f.z, want, rtol=1e-5, atol=1e-6)
+    assert f.protos.shape[1] == f.z.shape[1]

@@ -120,10 +120,14 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
     arrays = ckpt["server"].arrays
     if not has_encoder(arrays):
         return None
-    built = encoder_from(restored)
-    if isinstance(built, str):
-        return Skipped(run.method, run.seed, built)
-    encoder, text = built
+    raw_windows = parse_options("pcfedh", restored.cfg.method_options.get("pcfedh")).ablation == "no_cre"
+    if raw_windows:  # Table 3 w/o CRE: the prototypes are K-means centres of the raw windows
+        text = "none: the raw windows, L2-normalised (Table 3 w/o CRE)"
+    else:
+        built = encoder_from(restored)
+        if isinstance(built, str):
+            return Skipped(run.method, run.seed, built)
+        encoder, text = built
     parts = [c.train for c in data.clients if len(c.train)]
     if not parts:
         return Skipped(run.method, run.seed, "its training clients have no train windows")
@@ -131,7 +135,10 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
     owner = np.concatenate([np.full(len(c.train), c.client_id, dtype=object)
                             for c in data.clients if len(c.train)])
     idx = sample(len(x), windows)
-    z = encode(encoder, x[idx])
+    if raw_windows:
+        z = F.normalize(torch.from_numpy(x[idx].reshape(len(idx), -1)).float(), dim=-1).numpy()
+    else:
+        z = encode(encoder, x[idx])
     protos = F.normalize(torch.from_numpy(np.asarray(arrays[PROTO], np.float32)), dim=-1).numpy()
     return EncoderFeatures(
         method=run.method, seed=run.seed, round=int(ckpt["round"]),
