@@ -325,3 +325,17 @@ def test_long_lines_that_coincide_keep_staggered_markers():
     assert 13 <= len(first) <= 16 and 13 <= len(second) <= 16
     assert not set(first) & set(second)
     assert short is None
+
+
+def test_variants_of_one_method_stay_apart(compare_dir, tmp_path):
+    """A folder holding a method and its variant (as `reproduce` writes: pcfedh-s0 beside
+    pcfedh-no_cre-s0) groups them by folder name, not by method: never as seeds of one row."""
+    from fedwear.report.rundir import load_comparison
+
+    root = tmp_path / "cmp"
+    shutil.copytree(compare_dir / "fedavg-s0", root / "fedavg-s0")
+    shutil.copytree(compare_dir / "fedavg-s0", root / "fedavg-no_momentum-s0")
+    shutil.copytree(compare_dir / "fedavg-s1", root / "my-own-run")  # not <name>-s<seed>: its method
+    cmp = load_comparison(root, sorted(p for p in root.iterdir()))
+    assert {k: len(v) for k, v in cmp.runs.items()} == {"fedavg": 2, "fedavg-no_momentum": 1}
+    assert [r.label for r in cmp.runs["fedavg"]] == ["fedavg seed 0", "fedavg seed 1"]

@@ -90,7 +90,7 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
     PCFedH's encoder; they load the data too)."""
     target = load(Path(path))
     out = Path(out) if out is not None else Path(path) / "report"
-    groups: Groups = {target.method: [target]} if isinstance(target, Run) else target.runs
+    groups: Groups = {target.name: [target]} if isinstance(target, Run) else target.runs
     regression = forecast and bool(regression_runs(groups))
     if root is not None and not embeddings and not regression:
         raise FedwearError("--root is only used with --embeddings or by the heart-rate figures of "

@@ -82,7 +82,7 @@ def pick_client(restored: Restored, client: str | None) -> str | Skipped:
     run, data = restored.run, restored.data
     ids = [c.client_id for c in data.clients]
     if not ids:
-        return Skipped(run.method, run.seed, "the data has no training client")
+        return Skipped(run.name, run.seed, "the data has no training client")
     if client is None:
         return ids[0]
     if client in ids:
@@ -90,7 +90,7 @@ def pick_client(restored: Restored, client: str | None) -> str | Skipped:
     held = " is a held-out new client (it never trained: no personal predictor in the checkpoint)" \
         if client in {c.client_id for c in data.new_clients} else " is not a client of this run"
     shown = ", ".join(ids[:12]) + (", ..." if len(ids) > 12 else "")
-    return Skipped(run.method, run.seed, f"client {client!r}{held}; its training clients: {shown}")
+    return Skipped(run.name, run.seed, f"client {client!r}{held}; its training clients: {shown}")
 
 
 def logged_row(run: Run, round: int, client: str) -> dict[str, float] | None:
@@ -111,24 +111,24 @@ def client_forecast(restored: Restored, client: str | None = None) -> Forecast |
     run, cfg, ckpt, m, data = (restored.run, restored.cfg, restored.checkpoint, restored.method,
                                restored.data)
     if data.kind != "regression":
-        return Skipped(run.method, run.seed, f"dataset {cfg.dataset.name} is not a forecasting "
+        return Skipped(run.name, run.seed, f"dataset {cfg.dataset.name} is not a forecasting "
                        "(regression) dataset")
     cid = pick_client(restored, client)
     if isinstance(cid, Skipped):
         return cid
     if why := missing_states(m, ckpt):
-        return Skipped(run.method, run.seed, why)
+        return Skipped(run.name, run.seed, why)
     c = next(c for c in data.clients if c.client_id == cid)
     if not len(c.test):
-        return Skipped(run.method, run.seed, f"client {cid} has no test windows")
+        return Skipped(run.name, run.seed, f"client {cid} has no test windows")
     pred = client_predictor(m, ckpt, c, cfg)
     if pred is None:
-        return Skipped(run.method, run.seed, "it has no personal predictor")
+        return Skipped(run.name, run.seed, "it has no personal predictor")
     out = forward(as_predictor(pred), c.test.x, cfg.evaluation.batch_size).float().numpy()
     shift, scale = data.target
     rnd = int(ckpt["round"])
     return Forecast(
-        method=run.method, seed=run.seed, round=rnd, final_round=run.summary.get("final_round"),
+        method=run.name, seed=run.seed, round=rnd, final_round=run.summary.get("final_round"),
         client=cid, model=model_text(m), data=data_text(cfg), rate_hz=float(data.rate_hz),
         window=int(data.window), target=(float(shift), float(scale)),
         recording=np.asarray(c.test.recording), start=np.asarray(c.test.start),
@@ -184,14 +184,14 @@ def forecast_figure(fc: Forecast | Skipped, color: str = "C1") -> Figure:
 
 
 def file_name(run: Run) -> str:
-    return f"forecast-{run.method}-s{run.seed}.png"
+    return f"forecast-{run.name}-s{run.seed}.png"
 
 
 def forecast_plot(run: Run, fc: Forecast | Skipped, out: Path, color: str = "C1") -> Plot:
     """``forecast-<method>-s<seed>.png`` of one run and its caption."""
     file = file_name(run)
     _save(forecast_figure(fc, color), out, file)
-    title = f"heart rate over time: {run.method} seed {run.seed}"
+    title = f"heart rate over time: {run.name} seed {run.seed}"
     return Plot(file, title, caption(fc), "forecast")
 
 

@@ -126,11 +126,11 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
     else:
         built = encoder_from(restored)
         if isinstance(built, str):
-            return Skipped(run.method, run.seed, built)
+            return Skipped(run.name, run.seed, built)
         encoder, text = built
     parts = [c.train for c in data.clients if len(c.train)]
     if not parts:
-        return Skipped(run.method, run.seed, "its training clients have no train windows")
+        return Skipped(run.name, run.seed, "its training clients have no train windows")
     x = np.concatenate([w.x for w in parts])
     owner = np.concatenate([np.full(len(c.train), c.client_id, dtype=object)
                             for c in data.clients if len(c.train)])
@@ -141,7 +141,7 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
         z = encode(encoder, x[idx])
     protos = F.normalize(torch.from_numpy(np.asarray(arrays[PROTO], np.float32)), dim=-1).numpy()
     return EncoderFeatures(
-        method=run.method, seed=run.seed, round=int(ckpt["round"]),
+        method=run.name, seed=run.seed, round=int(ckpt["round"]),
         final_round=run.summary.get("final_round"), z=z, raw=x[idx].reshape(len(idx), -1),
         nearest=nearest_prototype(z, protos), protos=protos, client=owner[idx], total=len(x),
         encoder=text, data=data_text(restored.cfg),
@@ -157,7 +157,7 @@ def _why_not_tsne(f: EncoderFeatures) -> str | None:
 
 
 def file_name(run: Run) -> str:
-    return f"prototypes-{run.method}-s{run.seed}.png"
+    return f"prototypes-{run.name}-s{run.seed}.png"
 
 
 def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
@@ -195,7 +195,7 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
         fig.suptitle(f"{f.method} (seed {f.seed}, round {f.round}): {len(f.z)} train windows, "
                      f"{len(f.clients)} clients", fontsize=10)
     _save(fig, out, file)
-    return Plot(file, f"t-SNE of encoder features: {run.method} seed {run.seed}", caption(f),
+    return Plot(file, f"t-SNE of encoder features: {run.name} seed {run.seed}", caption(f),
                 "prototypes")
 
 

@@ -46,7 +46,7 @@ def _restore(run: Run, root: Path | None, cache: dict) -> Restored | Skipped:
     except FedwearError as e:
         if root is not None:
             raise
-        return Skipped(run.method, run.seed, str(e))
+        return Skipped(run.name, run.seed, str(e))
 
 
 def regression_plots(groups: Groups, out: Path, root: Path | None = None,

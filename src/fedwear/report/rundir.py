@@ -46,6 +46,14 @@ class Run:
         return str(self.summary.get("method") or self.config.get("method") or "?")
 
     @property
+    def name(self) -> str:
+        """The variant the run belongs to: its folder's name without the ``-s<seed>`` ending, as
+        ``fedwear compare`` and ``reproduce`` name folders (``pcfedh-no_cre`` for
+        ``pcfedh-no_cre-s0``: a method's variants stay apart), else the method."""
+        stem, sep, seed = self.path.name.rpartition("-s")
+        return stem if stem and sep and seed == str(self.seed) else self.method
+
+    @property
     def seed(self) -> int | str:
         """The seed from summary.json, else from config.yaml."""
         seed = self.summary.get("seed", self.config.get("seed"))
@@ -58,7 +66,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        label = f"{self.method} seed {self.seed}"
+        label = f"{self.name} seed {self.seed}"
         if self.unfinished:
             label += f" (unfinished: round {self.summary['rounds_run']} of {self.summary['rounds_planned']})"
         return label
@@ -161,11 +169,11 @@ def _provisional_summary(path: Path, metrics: pd.DataFrame, rounds: pd.DataFrame
 
 
 def load_comparison(path: Path, subdirs: list[Path]) -> Comparison:
-    """Read every run folder of a comparison and group the runs by method."""
+    """Read every run folder of a comparison and group the runs by :attr:`Run.name`."""
     cmp = Comparison(path)
     for sub in subdirs:
         run = load_run(sub)
-        cmp.runs.setdefault(run.method, []).append(run)
+        cmp.runs.setdefault(run.name, []).append(run)
     for runs in cmp.runs.values():
         runs.sort(key=_seed_order)
     return cmp
