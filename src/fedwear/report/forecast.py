@@ -188,7 +188,7 @@ def file_name(run: Run) -> str:
 
 
 def forecast_plot(run: Run, fc: Forecast | Skipped, out: Path, color: str = "C1") -> Plot:
-    """``forecast-<method>-s<seed>.png`` of one run and its caption."""
+    """``forecast-<name>-s<seed>.png`` (``Run.name``) of one run and its caption."""
     file = file_name(run)
     _save(forecast_figure(fc, color), out, file)
     title = f"heart rate over time: {run.name} seed {run.seed}"

@@ -161,7 +161,7 @@ def file_name(run: Run) -> str:
 
 
 def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
-    """``prototypes-<method>-s<seed>.png``: encoder features (with the prototypes) and raw
+    """``prototypes-<name>-s<seed>.png``: encoder features (with the prototypes) and raw
     windows, each its own t-SNE, coloured by nearest prototype."""
     if isinstance(f, EncoderFeatures) and (why := _why_not_tsne(f)):
         f = Skipped(f.method, f.seed, why)

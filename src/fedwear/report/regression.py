@@ -34,7 +34,7 @@ def is_regression(run: Run) -> bool:
 
 
 def regression_runs(groups: Groups) -> dict[str, Run]:
-    """Per method whose lowest-seed run is a regression run: that run."""
+    """Per variant (``Run.name``) whose lowest-seed run is a regression run: that run."""
     return {m: runs[0] for m, runs in groups.items() if runs and is_regression(runs[0])}
 
 
@@ -51,9 +51,9 @@ def _restore(run: Run, root: Path | None, cache: dict) -> Restored | Skipped:
 
 def regression_plots(groups: Groups, out: Path, root: Path | None = None,
                      client: str | None = None, tsne_windows: int = TSNE_WINDOWS) -> list[Plot]:
-    """For each method's lowest-seed regression run: ``forecast-<method>-s<seed>.png`` (its
+    """For each variant's lowest-seed regression run: ``forecast-<name>-s<seed>.png`` (its
     client ``client``, default the first training client) and, when its server state has
-    PCFedH's encoder and prototypes, ``prototypes-<method>-s<seed>.png`` (``tsne_windows``
+    PCFedH's encoder and prototypes, ``prototypes-<name>-s<seed>.png`` (``tsne_windows``
     sampled train windows)."""
     plots: list[Plot] = []
     cache: dict = {}
