@@ -21,6 +21,7 @@ from fedwear.data.config import DatasetConfig
 from fedwear.errors import ConfigError
 from fedwear.methods import METHODS, method_class, parse_options
 from fedwear.models import parse_model_options
+from fedwear.seeding import SEED_MAX
 
 VIEWS = ("personalized", "generalization", "global", "global_pooled", "new_clients")
 #: Views evaluated unless ``evaluation.views`` says otherwise.
@@ -155,7 +156,7 @@ class RunConfig(Strict):
     local_epochs: int = Field(1, ge=0)
     batch_size: int = Field(32, ge=1)
     grad_clip: float | None = Field(None, gt=0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="the run seed: every random draw derives from it")
     engine: Literal["sim", "batched", "flower-sim", "flower"] = Field(
         "sim", description="sim (in-process, client by client); batched (in-process, a round's clients trained "
         "together where the method and model allow it, else as sim); flower-sim (Flower simulation, Ray); "

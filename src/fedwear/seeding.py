@@ -8,6 +8,11 @@ import numpy as np
 
 PURPOSES = {"schedule": 1, "fit": 2, "adapt": 3, "personalize": 4, "select": 5, "dp": 6}
 
+#: The largest seed (run or dataset) every generator fedwear seeds accepts: numpy's SeedSequence
+#: takes no negative entropy, and ``torch.manual_seed`` (handed the run seed by the methods)
+#: overflows at 2**64. Seeds are 0 .. SEED_MAX.
+SEED_MAX = 2**64 - 1
+
 
 def derive_seed(seed: int, purpose: str, round: int = 0, client: str = "") -> int:
     """A 63-bit seed for one (purpose, round, client) draw; a purpose outside ``PURPOSES`` (a

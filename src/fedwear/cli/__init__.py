@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, console_logging, fail, int_list, name_list
+from fedwear.cli.common import (
+    SetOpt,
+    console_logging,
+    fail,
+    file_system_error,
+    name_list,
+    parse_seeds,
+)
 from fedwear.cli.data import data_app
 from fedwear.cli.flower import flower_app
 from fedwear.cli.reference import config_reference
@@ -97,7 +104,7 @@ def compare(
         names = name_list(methods)
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
-        seed_list = int_list("--seeds", seeds)
+        seed_list = parse_seeds("--seeds", seeds)
         base = load_config(config, set_ or [])
         root = out or Path("runs") / f"compare-{Path(config).stem}"
         if root.exists() and not root.is_dir():
@@ -142,6 +149,18 @@ def methods_cmd() -> None:
 
 
 def main() -> None:
-    app()
+    """The ``fedwear`` entry point. A file-system error (a full disk, a read-only output folder)
+    ends any command with one line naming the path and exit status 2, not a traceback; what
+    the command wrote before it stays where it is."""
+    try:
+        app()
+    except OSError as e:
+        line = file_system_error(e)
+        if line is None:
+            raise
+        typer.echo(f"error: {line}", err=True)
+        raise SystemExit(2) from None
+
+
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Iterable
+from types import TracebackType
 from typing import Annotated, NoReturn
 
 import typer
@@ -19,6 +23,43 @@ def fail(e: Exception | str) -> NoReturn:
     """Print ``error: <message>`` on one line (no traceback) and exit with status 2."""
     typer.echo(f"error: {e}", err=True)
     raise typer.Exit(2)
+
+
+#: Errors of the file system rather than of fedwear: the user frees space, fixes permissions or
+#: picks another folder. Other ``OSError`` values (a missing file fedwear should have written, say)
+#: are bugs and keep their traceback; missing or unreadable data files are DataErrors already.
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+NO_ACCESS = {errno.EACCES, errno.EPERM, errno.EROFS}
+FILE_SYSTEM = NO_SPACE | NO_ACCESS | {errno.EIO, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EMFILE, errno.ENFILE}
+
+
+def file_system_error(e: OSError) -> str | None:
+    """The one line for a file-system error (:data:`FILE_SYSTEM`) naming the path, e.g.
+    ``cannot write runs/x/metrics.csv: No space left on device (errno 28)``; None for any other
+    ``OSError``."""
+    if e.errno not in FILE_SYSTEM:
+        return None
+    path = e.filename if e.filename is not None else _file_in_flight(e.__traceback__)
+    reason = f"{e.strerror or os.strerror(e.errno)} (errno {e.errno})"
+    if e.errno in NO_SPACE:
+        return f"cannot write {path}: {reason}: free some space or pass --out with a folder on another disk"
+    if e.errno in NO_ACCESS:
+        return f"{path}: permission denied ({reason}): pass --out with a writable folder"
+    return f"{path}: {reason}"
+
+
+def _file_in_flight(tb: TracebackType | None) -> str:
+    """The file being written where ``tb`` ends: a failed ``write`` (a full disk) raises without
+    a file name, so the innermost frame holding an open file names it; "a file" if none does."""
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str):
+                return value.name
+    return "a file"
 
 
 def command_line(command: str, args: list[str], options: Iterable[tuple[str, object]]) -> str:
@@ -47,10 +88,25 @@ def name_list(text: str) -> list[str]:
 
 
 def int_list(option: str, text: str) -> list[int]:
+    """The comma-separated integers of ``text``; a one-line FedwearError naming ``option`` if
+    one is not an integer or there are none."""
     try:
         values = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise FedwearError(f"{option} {text!r}: expected comma-separated integers, e.g. {option} 0,1,2") from None
     if not values:
         raise FedwearError(f"{option}: give at least one value, e.g. {option} 0")
+    return values
+
+
+def parse_seeds(option: str, text: str) -> list[int]:
+    """:func:`int_list` of seeds, each checked against the range every generator accepts (0 ..
+    2**64-1, :data:`fedwear.seeding.SEED_MAX`), so a bad ``--seeds`` is named as the user typed it."""
+    from fedwear.seeding import SEED_MAX
+
+    values = int_list(option, text)
+    bad = [v for v in values if not 0 <= v <= SEED_MAX]
+    if bad:
+        raise FedwearError(f"{option} {text!r}: seed {bad[0]} is out of range; seeds are 0 .. 2**64-1 "
+                           f"({SEED_MAX})")
     return values

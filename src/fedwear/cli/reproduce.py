@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, command_line, console_logging, fail, int_list, name_list
+from fedwear.cli.common import SetOpt, command_line, console_logging, fail, name_list, parse_seeds
 from fedwear.errors import FedwearError
 
 
@@ -63,7 +63,7 @@ def reproduce(
             raise FedwearError("--overwrite with --report-only: --report-only runs nothing, so drop one of them")
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
-        runs = rp.plan(exp, folder, root, int_list("--seeds", seeds) if seeds else None, set_)
+        runs = rp.plan(exp, folder, root, parse_seeds("--seeds", seeds) if seeds else None, set_)
         command = run_command(table, root, seeds, jobs, out, results, set_, until, methods, at_round)
         todo = runs if methods is None else rp.only_methods(exp, runs, name_list(methods))
         target = results or Path("results") / exp.results

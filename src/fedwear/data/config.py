@@ -13,6 +13,8 @@ from pydantic import (
     model_validator,
 )
 
+from fedwear.seeding import SEED_MAX
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -113,7 +115,7 @@ class DatasetConfig(Strict):
         "each source's folder under its dataset name, for sources without a root of their own)",
     )
     seed: int | None = Field(
-        None, description="seed for splits and partitions; null = the run seed"
+        None, ge=0, le=SEED_MAX, description="seed for splits and partitions; null = the run seed"
     )
     cache_dir: str | None = Field(
         "user",
