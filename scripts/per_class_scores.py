@@ -31,7 +31,7 @@ from fedwear.report.rundir import load_run
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a run folder with its checkpoint.pkl")
+    parser.add_argument("run", type=Path, help="a run folder with its checkpoint.npz")
     parser.add_argument("--root", type=Path, help="the dataset folder, if not the run's dataset.root")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import pickle
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import fedwear
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.methods import batched, build_method
 from fedwear.methods.api import Task
 from fedwear.methods.batched import ClientJob, train_together
@@ -78,7 +78,7 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
     for m in ("accuracy", "macro_f1", "auc"):
         np.testing.assert_allclose(a[m], b[m], atol=1e-3)
-    ca, cb = (pickle.loads((r.out_dir / "checkpoint.pkl").read_bytes()) for r in (sim, fast))
+    ca, cb = (load_checkpoint(r.out_dir / CHECKPOINT) for r in (sim, fast))
     records = [(ca["server"], cb["server"])] + [(ca["clients"][c], cb["clients"][c]) for c in ca["clients"]]
     assert sum(len(x.arrays) for x, _ in records) > 0
     for x, y in records:

@@ -109,7 +109,8 @@ def test_grid_engine_equals_sim_and_counts_the_same_bytes(tmp_path, method):
     assert not travelled & set(STAY_ON_CLIENT.get(method, ())), sorted(travelled)
     ref = fedwear.run(cfg, tmp_path / "sim")
     assert (tmp_path / "grid" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
-    rounds = pd.read_csv(tmp_path / "grid" / "rounds.csv")
+    rounds = pd.read_csv(tmp_path / "grid" / "rounds.csv", keep_default_na=False)
+    assert (rounds["dropped"] == "").all(), rounds["dropped"].tolist()  # every honest reply and its weight pass
     assert executor.bytes_down == rounds["bytes_down"].sum() == ref.summary["bytes_down"]
     assert executor.bytes_up == rounds["bytes_up"].sum() == ref.summary["bytes_up"]
 
@@ -199,9 +200,7 @@ def test_flower_sim_equals_sim(tmp_path, method):
 
 def test_secure_aggregation_matches_plain_mean(tmp_path):
     """SecAgg+ through the in-process grid: the server state matches FedAvg's to quantisation error."""
-    import pickle
-
-    from fedwear.callbacks import Checkpointer
+    from fedwear.callbacks import CHECKPOINT, Checkpointer, load_checkpoint
 
     def server_after(cfg, out):
         method, roster, order = roster_of(cfg)
@@ -209,7 +208,7 @@ def test_secure_aggregation_matches_plain_mean(tmp_path):
         out.mkdir(parents=True, exist_ok=True)
         executor = GridExecutor(grid, cfg, len(order))
         Runner(cfg, method, roster, executor, [CsvSink(out), Checkpointer(out, 1)]).run()
-        return pickle.loads((out / "checkpoint.pkl").read_bytes())["server"]
+        return load_checkpoint(out / CHECKPOINT)["server"]
 
     plain = server_after(tiny_config(rounds=2), tmp_path / "plain")
     secure = server_after(tiny_config(rounds=2, engine="flower-sim", **{"flower.secagg.enabled": True}), tmp_path / "sec")
@@ -221,13 +220,13 @@ def test_secure_aggregation_matches_plain_mean(tmp_path):
 
 @pytest.mark.slow
 def test_flower_sim_with_secure_aggregation(tmp_path):
-    import pickle
+    from fedwear.callbacks import CHECKPOINT, load_checkpoint
 
     sets = {"dataset.cache_dir": str(tmp_path / "cache"), "rounds": 2}
     sim = fedwear.run(tiny_config(**sets), tmp_path / "sim")
     sec = fedwear.run(tiny_config(engine="flower-sim", **{**sets, "flower.secagg.enabled": True}), tmp_path / "sec")
-    a = pickle.loads((sim.out_dir / "checkpoint.pkl").read_bytes())["server"]
-    b = pickle.loads((sec.out_dir / "checkpoint.pkl").read_bytes())["server"]
+    a = load_checkpoint(sim.out_dir / CHECKPOINT)["server"]
+    b = load_checkpoint(sec.out_dir / CHECKPOINT)["server"]
     for k in a.arrays:
         np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=5e-4)  # SecAgg+ quantisation
     assert sec.summary["privacy"]["secure_aggregation"]["enabled"] is True

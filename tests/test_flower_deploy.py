@@ -196,7 +196,7 @@ def test_tls_deployment_matches_sim(tmp_path, deployment):
 
 
 def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
-    import pickle
+    from fedwear.callbacks import CHECKPOINT, load_checkpoint
 
     cfg, cfg_path, roots, certs = deployment
     secure = cfg.model_copy(update={"rounds": 2, "engine": "flower",  # secagg is refused for engine=sim
@@ -211,8 +211,8 @@ def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
         assert server.wait(timeout=600) == 0, (tmp_path / "serve.log").read_text()[-3000:]
     plain = cfg.model_copy(update={"rounds": 2, "evaluation": secure.evaluation})
     ref = fedwear.run(plain, tmp_path / "sim")
-    a = pickle.loads((ref.out_dir / "checkpoint.pkl").read_bytes())["server"]
-    b = pickle.loads((out / "checkpoint.pkl").read_bytes())["server"]
+    a = load_checkpoint(ref.out_dir / CHECKPOINT)["server"]
+    b = load_checkpoint(out / CHECKPOINT)["server"]
     for k in a.arrays:
         np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=5e-4)  # SecAgg+ quantisation
 

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedwear.compare", "fedwear.report"),
     ("fedwear.api", "fedwear.config_reference"),
     ("fedwear.rundir", "fedwear.summary"),
-    ("fedwear.callbacks",),
+    ("fedwear.callbacks", "fedwear.legacy"),
     ("fedwear.engines",),
     ("fedwear.privacy",),
     ("fedwear.config",),

@@ -4,13 +4,13 @@ the user's own classes, budgets n1-n3, and held-out users that never reach the s
 from __future__ import annotations
 
 import math
-import pickle
 
 import numpy as np
 import pytest
 import torch
 
 import fedwear
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.methods.api import Record
 from fedwear.methods.meta import CLASSES, USER, pairwise_loss
 from tests.helpers import tiny_config
@@ -60,7 +60,7 @@ def test_each_user_keeps_a_head_over_its_own_classes(tmp_path):
     res = fedwear.run(cfg, tmp_path / "run")
     views = set(res.metrics["view"])
     assert {f"personalized@n{n}" for n in (1, 2, 3)} <= views and {f"new_clients@n{n}" for n in (1, 2, 3)} <= views
-    ckpt = pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())
+    ckpt = load_checkpoint(tmp_path / "run" / CHECKPOINT)
     assert not any(k.startswith("head.") for k in ckpt["server"].arrays)  # only the embedding is shared
     from fedwear.report.embeddings import load_data
 
@@ -98,8 +98,8 @@ def test_held_out_users_never_influence_the_shared_embedding(tmp_path, monkeypat
 
     monkeypatch.setattr(api, "load_federated", poisoned)
     dirty = fedwear.run(cfg, tmp_path / "dirty")
-    a = pickle.loads((clean.out_dir / "checkpoint.pkl").read_bytes())["server"]
-    b = pickle.loads((dirty.out_dir / "checkpoint.pkl").read_bytes())["server"]
+    a = load_checkpoint(clean.out_dir / CHECKPOINT)["server"]
+    b = load_checkpoint(dirty.out_dir / CHECKPOINT)["server"]
     for k in a.arrays:
         assert a.arrays[k].tobytes() == b.arrays[k].tobytes(), k
     new = dirty.metrics[dirty.metrics["view"].str.startswith("new_clients")]["accuracy"].to_numpy()

@@ -4,13 +4,12 @@ mapped back to the global labels."""
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 import pytest
 import torch
 
 import fedwear
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.config import ConfigError
 from fedwear.evaluation.predictor import Predictor
 from fedwear.methods import METHODS
@@ -66,7 +65,7 @@ def test_each_budget_is_a_view_and_the_kept_state_changes(registered, tmp_path):
     e2 = res.metrics[res.metrics["view"] == "personalized@e2"]["macro_f1"].to_numpy()
     assert not np.array_equal(e1, e2)  # different budgets, different models
     assert "personalized@e2" in res.summary["best"] and "personalized@e2.accuracy" in res.summary["best_rule"]
-    ckpt = pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())
+    ckpt = load_checkpoint(tmp_path / "run" / CHECKPOINT)
     counts = {c: int(s.arrays["evaluations"][0]) for c, s in ckpt["clients"].items()}
     assert counts and set(counts.values()) == {3}  # kept from one evaluation to the next
 

@@ -64,4 +64,4 @@ def test_checkpoints_of_a_private_run_that_keeps_trained_models(tmp_path):
     answer for the inner method's client selection there too."""
     sets = {"privacy.dp": "central", "evaluation.personal_model": "trained", "checkpoint_every": 1, "rounds": 2}
     result = fedwear.run(tiny_config(**sets), tmp_path / "run")
-    assert (result.out_dir / "checkpoint.pkl").exists() and result.summary["final"]
+    assert (result.out_dir / "checkpoint.npz").exists() and result.summary["final"]

@@ -68,9 +68,9 @@ def test_embeddings_png_and_page(page):
     text = page.read_text()
     assert f'data-file="{FILE}"' in text
     caption = html.unescape(re.search(rf"<b>{re.escape(FILE)}</b>: (.*?)</figcaption>", text).group(1))
-    assert "checkpoint.pkl of round 2 (the final round)" in caption
+    assert "checkpoint.npz of round 2 (the final round)" in caption
     for method in METHODS:
-        assert f"{method} seed 0: checkpoint.pkl of round 2" in caption
+        assert f"{method} seed 0: checkpoint.npz of round 2" in caption
     assert "seed 1" not in caption
     assert "test-split windows" in caption and "perplexity" in caption
     assert "the same global model for every client" in caption  # fedavg
@@ -101,7 +101,7 @@ def test_global_model_embeddings_equal_server_features(compare_dir):
     run = compare_dir / "fedavg-s0"
     cfg = run_config(run)
     data = load_data(cfg)
-    ckpt = load_checkpoint(run / "checkpoint.pkl")
+    ckpt = load_checkpoint(run / "checkpoint.npz")
     assert ckpt["round"] == 2
     method = build_method(Task.of(cfg, data))
     got = body_embeddings(method, ckpt, data.clients, cfg)
@@ -127,10 +127,10 @@ def test_trained_personal_models_are_the_embeddings_and_a_paused_run_says_why_no
     run(cfg, tmp_path / "r", until=2)
     data = load_data(cfg)
     method = build_method(Task.of(cfg, data))
-    paused = body_embeddings(method, load_checkpoint(tmp_path / "r" / "checkpoint.pkl"), data.clients, cfg)
+    paused = body_embeddings(method, load_checkpoint(tmp_path / "r" / "checkpoint.npz"), data.clients, cfg)
     assert isinstance(paused, str) and "paused run" in paused
     run(cfg, tmp_path / "r", resume=True)
-    ckpt = load_checkpoint(tmp_path / "r" / "checkpoint.pkl")
+    ckpt = load_checkpoint(tmp_path / "r" / "checkpoint.npz")
     got = body_embeddings(method, ckpt, data.clients, cfg)
     c = data.clients[0]
     model = build_method(Task.of(cfg, data)).new_model()
@@ -151,11 +151,11 @@ def test_run_without_checkpoint_is_skipped(compare_dir, tmp_path):
     for method in METHODS:
         shutil.copytree(compare_dir / f"{method}-s0", cmp / f"{method}-s0",
                         ignore=shutil.ignore_patterns("report"))
-    (cmp / "local-s0" / "checkpoint.pkl").unlink()
+    (cmp / "local-s0" / "checkpoint.npz").unlink()
     plot = embedding_plot(load(cmp).runs, tmp_path)
     assert (tmp_path / FILE).is_file() and plot.file == FILE
-    assert "Skipped local seed 0: no checkpoint.pkl in local-s0" in plot.caption
-    assert "fedavg seed 0: checkpoint.pkl of round 2" in plot.caption
+    assert "Skipped local seed 0: no checkpoint.npz in local-s0" in plot.caption
+    assert "fedavg seed 0: checkpoint.npz of round 2" in plot.caption
     assert "local seed 0: checkpoint" not in plot.caption
 
 
@@ -168,7 +168,7 @@ def test_saved_points_redraw_a_finished_run_without_its_checkpoint(compare_dir, 
     kept = tmp_path / "kept"
     for method in METHODS:
         shutil.copytree(compare_dir / f"{method}-s0", kept / f"{method}-s0",
-                        ignore=shutil.ignore_patterns("report", "checkpoint.pkl"))
+                        ignore=shutil.ignore_patterns("report", "checkpoint.npz"))
     again = embedding_plot(load(kept).runs, tmp_path)
     assert again.caption == first.caption and "Skipped" not in again.caption
     assert json.loads((tmp_path / POINTS).read_text()) == points
@@ -176,7 +176,7 @@ def test_saved_points_redraw_a_finished_run_without_its_checkpoint(compare_dir, 
     points["panels"][1]["config_hash"] = "other"
     (tmp_path / POINTS).write_text(json.dumps(points))
     third = embedding_plot(load(kept).runs, tmp_path)
-    assert "Skipped local seed 0: no checkpoint.pkl" in third.caption and "Skipped fedavg" not in third.caption
+    assert "Skipped local seed 0: no checkpoint.npz" in third.caption and "Skipped fedavg" not in third.caption
 
 
 def test_missing_dataset_root_is_one_line_error(compare_dir, tmp_path):

@@ -83,7 +83,7 @@ def test_report_writes_both_figures(page):
     caps = captions(page)
     fc = caps["forecast-pcfedh-s0.png"]
     first = restored(page.parent.parent / "pcfedh-s0").data.clients[0].client_id
-    assert "Fig. 4" in fc and f"client {first}," in fc and "checkpoint.pkl of round 3" in fc
+    assert "Fig. 4" in fc and f"client {first}," in fc and "checkpoint.npz of round 3" in fc
     assert "bpm" in fc and "Skipped" not in fc and "skipped" not in fc
     assert "body and head the client's own" in fc  # PCFedH's personal predictor
     assert "the same global model for every client" in caps["forecast-fedprox-s0.png"]
@@ -99,7 +99,7 @@ def independent_predictions(run_dir: Path, client: str) -> tuple[np.ndarray, np.
     run's files through PCFedH's own hooks (not the report's code)."""
     cfg = load_config(run_dir / "config.yaml")
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    ckpt = load_checkpoint(run_dir / "checkpoint.pkl")
+    ckpt = load_checkpoint(run_dir / "checkpoint.npz")
     method = build_method(Task.of(cfg, data))
     c = next(c for c in data.clients if c.client_id == client)
     down = method.evaluation_message(ckpt["server"], client, ckpt["round"])
@@ -183,12 +183,12 @@ def test_tsne_features_are_the_encoders(cmp):
 def test_run_without_checkpoint_is_skipped(cmp, tmp_path):
     run = tmp_path / "pcfedh-s0"
     shutil.copytree(cmp / "pcfedh-s0", run, ignore=shutil.ignore_patterns("report"))
-    (run / "checkpoint.pkl").unlink()
+    (run / "checkpoint.npz").unlink()
     code, _, err = report(run)
     assert code == 0, err
     caps = captions(run / "report" / "index.html")
-    assert "skipped pcfedh seed 0: no checkpoint.pkl in pcfedh-s0" in caps["forecast-pcfedh-s0.png"]
-    assert "skipped pcfedh seed 0: no checkpoint.pkl" in caps["prototypes-pcfedh-s0.png"]
+    assert "skipped pcfedh seed 0: no checkpoint.npz in pcfedh-s0" in caps["forecast-pcfedh-s0.png"]
+    assert "skipped pcfedh seed 0: no checkpoint.npz" in caps["prototypes-pcfedh-s0.png"]
 
 
 def test_missing_data_folder(cmp, tmp_path):

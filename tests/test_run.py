@@ -212,7 +212,7 @@ def test_early_stopping_ends_the_run_and_checkpoints_it(tmp_path):
     assert acc.loc[last] <= acc.loc[: last - 1].max()  # it stopped because round `last` did not improve
     from fedwear.callbacks import load_checkpoint
 
-    assert load_checkpoint(tmp_path / "checkpoint.pkl")["round"] == last
+    assert load_checkpoint(tmp_path / "checkpoint.npz")["round"] == last
 
 
 def test_evaluation_runs_each_distinct_body_once_and_equals_computing_each(tmp_path, monkeypatch):
@@ -298,7 +298,7 @@ def test_a_paused_checkpoint_leaves_out_only_the_trained_models_the_next_fit_reb
         cfg = tiny_config(rounds=4, clients_per_round=per_round, **{"evaluation.personal_model": "trained"})
         out = tmp_path / f"p{per_round}"
         run(cfg, out, until=2)
-        states = load_checkpoint(out / "checkpoint.pkl")["clients"]
+        states = load_checkpoint(out / "checkpoint.npz")["clients"]
         schedule = client_schedule(cfg.seed, ["s01", "s02", "s03", "s05", "s06", "s07"], cfg.rounds, per_round)
         kept = set(schedule[0] + schedule[1]) - set(schedule[2])  # trained, and evaluated before training again
         assert {c for c, st in states.items() if has_trained(st)} == kept
@@ -306,7 +306,7 @@ def test_a_paused_checkpoint_leaves_out_only_the_trained_models_the_next_fit_reb
         run(cfg, out, resume=True)
         ref = run(cfg, tmp_path / f"ref{per_round}")
         assert (out / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
-        assert all(has_trained(st) for st in load_checkpoint(out / "checkpoint.pkl")["clients"].values())
+        assert all(has_trained(st) for st in load_checkpoint(out / "checkpoint.npz")["clients"].values())
 
 
 def test_until_is_refused_where_the_paused_run_could_not_be_continued(tmp_path):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import pickle
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import fedwear
-from fedwear.callbacks import CHECKPOINT
+from fedwear.callbacks import CHECKPOINT, load_checkpoint, save_checkpoint
 from fedwear.errors import FedwearError
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import FedAvg
@@ -174,9 +173,9 @@ def test_resume_on_another_cpu_is_logged(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         fedwear.run(cfg, out, resume=True, callbacks=[Interrupt(after=3)])
     assert "WARNING" not in (out / "run.log").read_text()
-    ckpt = pickle.loads((out / CHECKPOINT).read_bytes())
+    ckpt = load_checkpoint(out / CHECKPOINT)
     ckpt["versions"] = {**ckpt["versions"], "cpu_capability": "OTHER"}
-    (out / CHECKPOINT).write_bytes(pickle.dumps(ckpt))
+    save_checkpoint(out / CHECKPOINT, ckpt)
     fedwear.run(cfg, out, resume=True)
     log = (out / "run.log").read_text()
     assert "WARNING resuming" in log and "cpu_capability OTHER -> " in log

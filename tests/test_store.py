@@ -3,13 +3,12 @@ write only what changed, exact resume, memory bounded by a round's clients."""
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 import pytest
 
 import fedwear
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
+from fedwear.engines import recordio
 from fedwear.engines.runner import Callback
 from fedwear.engines.store import FOLDER, DiskStore, saved_states
 from fedwear.errors import ConfigError, FedwearError
@@ -67,7 +66,7 @@ def test_disk_store_keeps_records_exactly_and_never_rewrites_a_checkpointed_file
     assert state_files(tmp_path) == {third}
     saved = store.checkpoint()
     store["a/b"], store["c"] = Record({"x": np.full(2, 5.0)}), rec  # then the run is killed
-    (tmp_path / FOLDER / "c.0.pkl.tmp").write_bytes(b"half a file")
+    (tmp_path / FOLDER / "c.0.npz.tmp").write_bytes(b"half a file")
     resumed = DiskStore(tmp_path / FOLDER)
     resumed.restore(saved)
     assert state_files(tmp_path) == {third} and list(resumed) == ["a/b"]
@@ -98,7 +97,7 @@ def test_disk_checkpoint_holds_an_index_and_writes_only_changed_states(tmp_path)
     files = Files(tmp_path / "disk")
     disk = fedwear.run(tiny_config(client_states="disk", **sets), tmp_path / "disk", callbacks=[files]).out_dir
     ckpt = load_checkpoint(disk / CHECKPOINT)
-    server = len(pickle.dumps(ckpt["server"], protocol=5))
+    server = len(recordio.dumps(ckpt["server"]))
     client_bytes = sum(s.nbytes for s in load_checkpoint(mem / CHECKPOINT)["clients"].values())
     assert client_bytes > 100_000
     assert (mem / CHECKPOINT).stat().st_size > client_bytes

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import pickle
 
 import numpy as np
 import pandas as pd
 import torch
 
 import fedwear
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.engines.runner import pooled_test
 from fedwear.evaluation.metrics import classification_metrics
 from fedwear.methods import Task, build_method
@@ -31,7 +31,7 @@ def test_global_pooled_equals_a_hand_pooled_computation(tmp_path):
     pool = pooled_test(data)
     assert int(pooled["n"].iloc[-1]) == len(pool)
     model = build_method(Task.of(cfg, data)).new_model()
-    load_arrays(model, pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())["server"].arrays)
+    load_arrays(model, load_checkpoint(tmp_path / "run" / CHECKPOINT)["server"].arrays)
     with torch.no_grad():
         logits = model.eval()(torch.from_numpy(pool.x)).numpy()
     want = classification_metrics(pool.y, logits, cfg.evaluation.auc)
@@ -99,7 +99,7 @@ def test_personal_model_trained_evaluates_each_clients_locally_trained_model(tmp
     cfg = tiny_config(rounds=2, **views, **{"evaluation.personal_model": "trained"})
     data = load_data(cfg)
     method = build_method(Task.of(cfg, data))
-    ckpt = pickle.loads((tmp_path / "sim" / "checkpoint.pkl").read_bytes())
+    ckpt = load_checkpoint(tmp_path / "sim" / CHECKPOINT)
     client = data.clients[0]
     state = ckpt["clients"][client.client_id]
     model = method.new_model()
@@ -127,7 +127,7 @@ def test_batch_dependent_models_evaluate_each_window_set_in_its_own_batches(tmp_
     data = load_data(cfg)
     model = build_method(Task.of(cfg, data)).new_model()
     assert model.batch_dependent
-    load_arrays(model, pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())["server"].arrays)
+    load_arrays(model, load_checkpoint(tmp_path / "run" / CHECKPOINT)["server"].arrays)
     client = data.clients[1]  # its test windows start mid-batch in the pooled set
     model.eval()
     own = forward(model, client.test.x, 4).numpy()

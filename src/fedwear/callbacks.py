@@ -10,13 +10,13 @@ import csv
 import logging
 import math
 import os
-import pickle
 import time
 from pathlib import Path
 
 import numpy as np
 
 from fedwear.config import KIND_METRICS
+from fedwear.engines import recordio
 from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, rows_summary
@@ -26,7 +26,9 @@ from fedwear.version import library_versions
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
                  "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes"]
-CHECKPOINT = "checkpoint.pkl"
+#: The checkpoint of a run folder (:func:`save_checkpoint`).
+CHECKPOINT = "checkpoint.npz"
+LEGACY_CHECKPOINT = "checkpoint.pkl"  # the pickle of fedwear < 0.2: never loaded
 log = logging.getLogger("fedwear")
 
 
@@ -130,19 +132,24 @@ def checkpoint_states(runner: Runner, round: int) -> dict:
 
 
 def save_checkpoint(path: Path, checkpoint: dict) -> None:
+    """Write ``checkpoint`` to ``path`` as an NPZ archive (``fedwear.engines.recordio``: no
+    pickle, so a shared run folder cannot run code), atomically: a run killed while writing
+    leaves the previous checkpoint in place."""
     tmp = path.with_suffix(".tmp")
     with tmp.open("wb") as f:
-        pickle.dump(checkpoint, f, protocol=5)
+        recordio.write(f, checkpoint)
     os.replace(tmp, path)
 
 
 def load_checkpoint(path: Path) -> dict:
-    try:
-        with path.open("rb") as f:
-            ckpt = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as e:
-        raise FedwearError(f"{path}: unreadable checkpoint ({type(e).__name__}); rerun with --overwrite") from None
-    if not isinstance(ckpt, dict) or "config_hash" not in ckpt:
+    """The checkpoint at ``path``, exactly as saved; one-line FedwearError when it is not one
+    (a pickle, a broken or foreign file), saying to rerun with ``--overwrite``."""
+    ckpt = recordio.read(path, "checkpoint")
+    clients = ckpt.get("clients") if isinstance(ckpt, dict) else None
+    if not (isinstance(ckpt, dict) and isinstance(ckpt.get("config_hash"), str) and type(ckpt.get("round")) is int
+            and isinstance(ckpt.get("server"), Record) and isinstance(clients, dict)
+            and (all(isinstance(v, Record) for v in clients.values())
+                 or all(isinstance(v, str) for v in clients.values()))):
         raise FedwearError(f"{path}: not a checkpoint of this fedwear version; rerun with --overwrite")
     return ckpt
 

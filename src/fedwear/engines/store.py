@@ -1,7 +1,8 @@
 """Where the in-process engines keep client states between rounds (``client_states``).
 
-``memory``: a dict, as always; a checkpoint pickles every state. ``disk``: one file per
-state *version* in ``<run dir>/client_states/``, named ``<client>.<digest of its bytes>.pkl``,
+``memory``: a dict, as always; a checkpoint holds every state. ``disk``: one file per
+state *version* in ``<run dir>/client_states/``, named ``<client>.<digest of its bytes>.npz``
+(an NPZ archive of :mod:`fedwear.engines.recordio`, read without unpickling anything),
 so a file is never rewritten with other bytes and a checkpoint only stores the index
 {client id: file name} (writing a checkpoint costs nothing per client; the states that changed
 were written as they changed). RAM holds only the states an engine is working on (a round's
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import re
 import weakref
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
+from fedwear.engines import recordio
 from fedwear.errors import FedwearError
 from fedwear.methods.api import Record
 
@@ -92,25 +94,47 @@ class MemoryStore(ClientStore):
         self.peak_in_memory = max(self.peak_in_memory, len(self.states))
 
 
+#: What :func:`state_file` names: the quoted client id, the digest, ``.npz``.
+STATE_FILE = re.compile(r"[A-Za-z0-9_.~%-]+\.[0-9a-f]{20}\.npz")
+
+
+def _index(folder: Path, files: Mapping[str, str]) -> dict[str, str]:
+    """``files`` (a checkpoint's index), checked to name only state files inside ``folder``: a
+    crafted index can neither read nor delete anything else."""
+    for name in files.values():
+        if not isinstance(name, str) or not STATE_FILE.fullmatch(name):
+            raise FedwearError(f"{folder}: the checkpoint names {name!r}, not a client state file; "
+                               "rerun with --overwrite")
+    return dict(files)
+
+
+def state_file(cid: str, data: bytes) -> str:
+    """The file name of client ``cid``'s state whose file holds ``data``: the same bytes, the same
+    name (``cid`` quoted, so that any id is one file name)."""
+    return f"{quote(cid, safe='')}.{hashlib.blake2b(data, digest_size=10).hexdigest()}.npz"
+
+
 class DiskStore(ClientStore):
-    """One pickle per state version in ``folder``; RAM holds none of them (reads on access)."""
+    """One NPZ file per state version in ``folder``; RAM holds none of them (reads on access)."""
 
     def __init__(self, folder: Path, files: dict[str, str] | None = None) -> None:
         self.folder = folder
-        self.files: dict[str, str] = dict(files or {})  # client id -> file of its current state
+        self.files: dict[str, str] = _index(folder, files or {})  # client id -> file of its current state
         self.kept = set(self.files.values())  # files the last saved checkpoint references
         self.superseded: list[str] = []  # replaced files that ``kept`` holds back until the next checkpoint
         self.alive: dict[int, weakref.ref] = {}  # states read or written that are still in RAM
 
     def __getitem__(self, cid: str) -> Record:
-        with (self.folder / self.files[cid]).open("rb") as f:
-            state = pickle.load(f)
+        path = self.folder / self.files[cid]
+        state = recordio.read(path, "client state")
+        if not isinstance(state, Record):
+            raise FedwearError(f"{path}: not a client state of this fedwear version; rerun with --overwrite")
         self._track(state)
         return state
 
     def __setitem__(self, cid: str, state: Record) -> None:
-        data = pickle.dumps(state, protocol=5)
-        name = f"{quote(cid, safe='')}.{hashlib.blake2b(data, digest_size=10).hexdigest()}.pkl"
+        data = recordio.dumps(state)
+        name = state_file(cid, data)
         path = self.folder / name
         if not path.exists():  # same name, same bytes: a referenced file is never rewritten
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -156,11 +180,12 @@ class DiskStore(ClientStore):
         self.superseded = []
 
     def restore(self, saved: dict[str, str]) -> None:
-        missing = [n for n in saved.values() if not (self.folder / n).is_file()]
+        files = _index(self.folder, saved)
+        missing = [n for n in files.values() if not (self.folder / n).is_file()]
         if missing:
             raise FedwearError(f"{self.folder}: {len(missing)} client state files of the checkpoint are missing "
                                f"(e.g. {missing[0]}); rerun with --overwrite")
-        self.files, self.kept, self.superseded = dict(saved), set(saved.values()), []
+        self.files, self.kept, self.superseded = files, set(files.values()), []
         self._remove_unkept()
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 al., IEEE JBHI 2023, Fig. 4).
 
 For the run with the lowest seed of each method: its config (config.yaml), its data
-(``dataset.root``, or ``--root``), its last checkpoint (checkpoint.pkl) and its method. Every
+(``dataset.root``, or ``--root``), its last checkpoint (checkpoint.npz) and its method. Every
 training client's own test windows go through that client's model as the run evaluated it in
 the personalized view at the checkpoint's round (``configure`` -> ``personalize`` ->
 ``personal_predictor``), and ``pred.body`` gives their embeddings (the features the head
@@ -277,7 +277,7 @@ class Restored:
 
 def restore(run: Run, root: Path | None = None, data_cache: dict | None = None
             ) -> Restored | Skipped:
-    """``run``'s config, checkpoint.pkl, method and data, or why it cannot be rebuilt (no
+    """``run``'s config, checkpoint.npz, method and data, or why it cannot be rebuilt (no
     checkpoint, a checkpoint of another config, a wrapper method). A missing data folder raises
     :class:`FedwearError` (see :func:`run_config`)."""
     ckpt_path = run.path / CHECKPOINT
@@ -444,7 +444,7 @@ def caption(results: dict[str, Panel | Skipped]) -> str:
         final = ("the final round" if r.final_round == r.round
                  else f"the run's final round is {r.final_round}")
         parts.append(
-            f"{method} seed {r.seed}: checkpoint.pkl of round {r.round} ({final}); model per "
+            f"{method} seed {r.seed}: {CHECKPOINT} of round {r.round} ({final}); model per "
             f"client: {r.model}; data: {r.data}; {len(r.clients)} clients, {len(r.xy)} windows, "
             f"{r.dim}-dimensional embeddings, t-SNE perplexity "
             f"{min(PERPLEXITY, len(r.xy) - 1)}."

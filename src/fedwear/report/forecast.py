@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from fedwear.callbacks import CHECKPOINT
 from fedwear.engines.client import forward
 from fedwear.evaluation.metrics import regression_metrics
 from fedwear.evaluation.predictor import as_predictor
@@ -213,7 +214,7 @@ def caption(fc: Forecast | Skipped) -> str:
         f"client {fc.client}, its {len(fc.true_bpm)} test-split windows in order, one panel per "
         f"recording ({len(fc.recordings)}; titled by its index among the dataset's series). Black: the true next value (each window's target); "
         f"colour: the prediction of the predictor the run evaluated this client with in the "
-        f"{VIEW} view, from checkpoint.pkl of round {fc.round} ({final}); model: {fc.model}. "
+        f"{VIEW} view, from {CHECKPOINT} of round {fc.round} ({final}); model: {fc.model}. "
         f"Both in bpm (value x {scale:g} + {shift:g}, the data's target scaling). Time: seconds "
         f"from the start of the recording's series to the target value, (start + {fc.window}) / "
         f"{fc.rate_hz:g} Hz. Data: {fc.data}.",

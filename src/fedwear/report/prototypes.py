@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.lines import Line2D
 
+from fedwear.callbacks import CHECKPOINT
 from fedwear.methods import parse_options
 from fedwear.methods.pcfedh import ENC, PROTO
 from fedwear.models.ts2vec import TSEncoder, instance_representation
@@ -208,7 +209,7 @@ def caption(f: EncoderFeatures | Skipped) -> str:
              else f"the run's final round is {f.final_round}")
     return (
         f"t-SNE of PCFedH encoder features (PCFedH, Yin et al. 2025, Fig. 3): {f.method} seed "
-        f"{f.seed}, checkpoint.pkl of round {f.round} ({final}). Windows: {len(f.z)} of the "
+        f"{f.seed}, {CHECKPOINT} of round {f.round} ({final}). Windows: {len(f.z)} of the "
         f"{f.total} train-split windows of the {len(f.clients)} training clients, drawn uniformly "
         f"without replacement (seed {SAMPLE_SEED}; --tsne-windows sets how many). Left: each "
         f"window's instance representation (max over time, L2-normalised) from the run's global "

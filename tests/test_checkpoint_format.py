@@ -1,0 +1,219 @@
+"""Checkpoints and client-state files are NPZ + JSON: nothing in a run folder is unpickled, what
+is saved comes back exactly, and an older version's pickles convert only through a loader that
+builds arrays and records and nothing else."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shlex
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+
+import fedwear
+from fedwear.callbacks import CHECKPOINT, LEGACY_CHECKPOINT, load_checkpoint, save_checkpoint
+from fedwear.engines import recordio
+from fedwear.engines.store import FOLDER, DiskStore, saved_states
+from fedwear.errors import FedwearError
+from fedwear.legacy import convert_run
+from fedwear.methods.api import Record
+from tests.helpers import tiny_config
+from tests.test_run import Interrupt
+from tests.test_store import same_record
+
+
+class Payload:
+    """Unpickling this runs a shell command that creates ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+def one_line_error(e: pytest.ExceptionInfo, *names: object) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg and all(str(n) in msg for n in names), msg
+    return msg
+
+
+def same_checkpoint(a: dict, b: dict) -> bool:
+    """Equal keys in the same order, records bit for bit, the rest equal with the same types."""
+    if list(a) != list(b):
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, Record):
+            ok = isinstance(y, Record) and same_record(x, y)
+        elif k == "clients":
+            ok = list(x) == list(y) and all(
+                same_record(x[c], y[c]) if isinstance(x[c], Record) else x[c] == y[c] for c in x)
+        else:
+            ok = repr(x) == repr(y)
+        if not ok:
+            return False
+    return True
+
+
+def interrupted(tmp_path: Path, **sets) -> tuple:
+    """A 4-round run stopped after round 2 (checkpoint at round 2), and its config."""
+    cfg = tiny_config(rounds=4, **{"optimizer.persist": True, **sets})
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, out, callbacks=[Interrupt(after=2)])
+    return cfg, out
+
+
+def rich_record(seed: float) -> Record:
+    return Record({"body.w": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4) * seed,
+                   "f64": np.array([np.pi, -0.0, np.inf, np.nan]),
+                   "i64": np.array([-1, 2**62], np.int64), "mask": np.array([True, False, True]),
+                   "opt.step": np.array(7.0, np.float32), "epoch": np.array(3, np.int64),
+                   "fortran": np.asfortranarray(np.arange(6, dtype=np.float64).reshape(2, 3)),
+                   "a/b%2F.c": np.zeros((0, 2), np.int8)},
+                  {"loss": np.float32(0.1) * np.float32(seed), "lr": 0.05, "n": 12, "flag": True,
+                   "phase": "soft", "nan": float("nan"), "big": 2**70, "k": np.int64(2), "on": np.bool_(False)})
+
+
+def test_records_and_checkpoints_come_back_exactly(tmp_path):
+    clients = {"ü/sub.1": rich_record(1.0), "s.02": rich_record(2.0), "%2F": Record(), "meta.json": rich_record(3.0)}
+    ckpt = {"config_hash": "abc123", "round": 7, "server": rich_record(0.5), "clients": clients,
+            "callbacks": {"EarlyStopping": {"best": -np.inf, "bad": 2}, "$odd": {"$np": (1, [2.5, None])}},
+            "versions": {"torch": "2.5.1", "flwr": None}}
+    save_checkpoint(tmp_path / CHECKPOINT, ckpt)
+    back = load_checkpoint(tmp_path / CHECKPOINT)
+    assert same_checkpoint(ckpt, back) and list(back["clients"]) == list(clients)
+    assert type(back["server"].scalars["loss"]) is np.float32 and type(back["server"].scalars["lr"]) is float
+    assert type(back["server"].scalars["flag"]) is bool and type(back["server"].scalars["on"]) is np.bool_
+    assert back["server"].arrays["opt.step"].shape == () and back["server"].arrays["fortran"].flags.f_contiguous
+    assert back["callbacks"]["$odd"] == {"$np": (1, [2.5, None])} and back["callbacks"]["EarlyStopping"]["best"] == -np.inf
+    assert not (tmp_path / "checkpoint.tmp").exists()
+    first = (tmp_path / CHECKPOINT).read_bytes()
+    save_checkpoint(tmp_path / CHECKPOINT, back)
+    assert (tmp_path / CHECKPOINT).read_bytes() == first  # the bytes depend on the content only
+    with np.load(tmp_path / CHECKPOINT, allow_pickle=False) as z:  # named by place, readable by numpy
+        assert {"server/body.w", "clients/ü%2Fsub.1/a%2Fb%252F.c", "clients/meta%2Ejson/opt.step"} <= set(z.files)
+    store = DiskStore(tmp_path / FOLDER)
+    for cid, rec in clients.items():
+        store[cid] = rec
+    again = DiskStore(tmp_path / FOLDER, store.checkpoint())
+    assert all(same_record(again[c], r) for c, r in clients.items())
+    assert all(name.endswith(".npz") and "/" not in name for name in store.checkpoint().values())
+
+
+def test_a_crafted_checkpoint_is_never_executed(tmp_path):
+    cfg, out = interrupted(tmp_path)
+    marker = tmp_path / "pwned"
+    (out / CHECKPOINT).write_bytes(pickle.dumps({"config_hash": Payload(marker)}))
+    with pytest.raises(FedwearError) as e:
+        load_checkpoint(out / CHECKPOINT)
+    assert "pickled data" in one_line_error(e, out / CHECKPOINT, "--overwrite")
+    with pytest.raises(FedwearError) as e:
+        fedwear.run(cfg, out, resume=True)
+    one_line_error(e, CHECKPOINT)
+    np.savez(out / CHECKPOINT, **{"meta.json": np.array([Payload(marker)], dtype=object)})  # a pickle inside
+    with pytest.raises(FedwearError) as e:
+        load_checkpoint(out / CHECKPOINT)
+    one_line_error(e, out / CHECKPOINT, "--overwrite")
+    (out / CHECKPOINT).write_bytes(b"PK\x03\x04 torn")
+    with pytest.raises(FedwearError) as e:
+        load_checkpoint(out / CHECKPOINT)
+    one_line_error(e, out / CHECKPOINT, "--overwrite")
+    assert not marker.exists()
+
+
+def test_crafted_client_state_files_are_never_executed(tmp_path):
+    cfg, out = interrupted(tmp_path, client_states="disk", method="local")
+    marker = tmp_path / "pwned"
+    index = load_checkpoint(out / CHECKPOINT)["clients"]
+    for name in index.values():
+        (out / FOLDER / name).write_bytes(pickle.dumps(Record({"x": np.zeros(1)}, {"p": Payload(marker)})))
+    cid = next(iter(index))
+    with pytest.raises(FedwearError) as e:
+        DiskStore(out / FOLDER, index)[cid]
+    one_line_error(e, out / FOLDER / index[cid], "--overwrite")
+    with pytest.raises(FedwearError) as e:
+        saved_states(index, out)[cid]  # as `fedwear report --embeddings` reads them
+    one_line_error(e, index[cid])
+    with pytest.raises(FedwearError) as e:
+        fedwear.run(cfg, out, resume=True)
+    one_line_error(e, FOLDER, "--overwrite")
+    assert not marker.exists()
+
+
+def test_a_checkpoint_index_names_only_files_in_client_states(tmp_path):
+    cfg, out = interrupted(tmp_path, client_states="disk", method="local")
+    (tmp_path / "keep.npz").write_bytes(b"not the run's")
+    ckpt = load_checkpoint(out / CHECKPOINT)
+    cid = next(iter(ckpt["clients"]))
+    save_checkpoint(out / CHECKPOINT, {**ckpt, "clients": {**ckpt["clients"], cid: "../../keep.npz"}})
+    with pytest.raises(FedwearError) as e:
+        fedwear.run(cfg, out, resume=True)
+    one_line_error(e, "../../keep.npz", "--overwrite")
+    with pytest.raises(FedwearError):
+        saved_states(load_checkpoint(out / CHECKPOINT)["clients"], out)
+    assert (tmp_path / "keep.npz").read_bytes() == b"not the run's"
+
+
+def write_legacy(out: Path) -> dict:
+    """Rewrite ``out``'s checkpoint (and its disk store's files) as older fedwear wrote them:
+    pickles, state files named ``<client>.<digest of the pickle>.pkl``. Returns the checkpoint."""
+    ckpt = load_checkpoint(out / CHECKPOINT)
+    old = dict(ckpt)
+    if ckpt["clients"] and all(isinstance(v, str) for v in ckpt["clients"].values()):
+        old["clients"] = {}
+        for cid, name in ckpt["clients"].items():
+            data = pickle.dumps(DiskStore(out / FOLDER, ckpt["clients"])[cid], protocol=5)
+            old["clients"][cid] = f"{quote(cid, safe='')}.{hashlib.blake2b(data, digest_size=10).hexdigest()}.pkl"
+            (out / FOLDER / old["clients"][cid]).write_bytes(data)
+            (out / FOLDER / name).unlink()
+    (out / LEGACY_CHECKPOINT).write_bytes(pickle.dumps(old, protocol=5))
+    (out / CHECKPOINT).unlink()
+    return ckpt
+
+
+@pytest.mark.parametrize("states", ["memory", "disk"])
+def test_convert_run_gives_back_the_checkpoint_and_the_run_resumes_exactly(tmp_path, states):
+    cfg, out = interrupted(tmp_path, client_states=states)
+    full = fedwear.run(cfg, tmp_path / "full").out_dir
+    ckpt = write_legacy(out)
+    (out / FOLDER).mkdir(exist_ok=True)
+    (out / FOLDER / "c.0.pkl.tmp").write_bytes(b"half a file")  # a kill during an old run's write
+    written = convert_run(out)
+    assert written[0] == out / CHECKPOINT and set(written[1:]) == {out / FOLDER / n for n in ckpt["clients"].values()
+                                                                   if isinstance(n, str)}
+    assert same_checkpoint(ckpt, load_checkpoint(out / CHECKPOINT))
+    assert not (out / LEGACY_CHECKPOINT).exists() and not list((out / FOLDER).glob("*.pkl*"))
+    assert convert_run(out) == []
+    fedwear.run(cfg, out, resume=True)
+    for name in ("metrics.csv", "rounds.csv"):
+        assert (out / name).read_bytes() == (full / name).read_bytes()
+
+
+def test_convert_run_refuses_a_pickle_that_would_run_code(tmp_path):
+    cfg, out = interrupted(tmp_path, client_states="disk", method="local")
+    marker = tmp_path / "pwned"
+    write_legacy(out)
+    old = pickle.loads((out / LEGACY_CHECKPOINT).read_bytes())
+    state = next(iter(old["clients"].values()))
+    (out / FOLDER / state).write_bytes(pickle.dumps(Record({"x": np.zeros(1)}, {"p": Payload(marker)})))
+    with pytest.raises(FedwearError) as e:
+        convert_run(out)
+    assert ".system" in one_line_error(e, out / FOLDER / state)
+    (out / LEGACY_CHECKPOINT).write_bytes(pickle.dumps({**old, "callbacks": {"x": Payload(marker)}}))
+    with pytest.raises(FedwearError) as e:
+        convert_run(out)
+    one_line_error(e, out / LEGACY_CHECKPOINT)
+    assert not marker.exists() and not (out / CHECKPOINT).exists()
+    assert (out / LEGACY_CHECKPOINT).exists() and (out / FOLDER / state).exists()  # nothing removed
+
+
+def test_what_cannot_come_back_exactly_is_not_written(tmp_path):
+    for bad in (Record({"o": np.array([object()])}), Record({}, {"s": {1, 2}}), {"k": {1: 2}}):
+        with pytest.raises((TypeError, ValueError)):
+            recordio.dumps(bad)
