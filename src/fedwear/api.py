@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +54,10 @@ def as_config(config: RunConfig | str | Path | dict, *overrides: str) -> RunConf
     return load_config(config, list(overrides))
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C; its message says what was saved and how to go on."""
+
+
 def run(
     config: RunConfig | str | Path | dict,
     out_dir: str | Path | None = None,
@@ -58,18 +67,25 @@ def run(
     overwrite: bool = False,
     until: int | None = None,
     data: FederatedData | None = None,
+    restart: bool = False,
+    execution: dict | None = None,
 ) -> Result:
     """Run one experiment and write its run directory (config.yaml, metrics.csv, summary.json...).
 
     A folder that already holds a run is refused unless ``resume`` (continue it from its
     checkpoint, or reuse it when it finished) or ``overwrite`` (replace it); see
-    :mod:`fedwear.rundir`. ``until``: stop after that round with a checkpoint and no
-    summary.json, so the run stays unfinished and ``resume`` continues it (the returned summary
-    then holds ``paused_at``).
+    :mod:`fedwear.rundir`. ``restart`` (with ``resume``): a run with no checkpoint to continue
+    from starts again instead of being refused. ``until``: stop after that round with a
+    checkpoint and no summary.json, so the run stays unfinished and ``resume`` continues it (the
+    returned summary then holds ``paused_at``). The folder is locked for the run's lifetime
+    (:class:`fedwear.rundir.RunLock`). Ctrl-C raises :class:`RunInterrupted` once the run has
+    saved what it can.
 
     ``data``: clients already windowed and split in memory, used instead of loading
     ``config.dataset`` (whose window, rate and classes must describe them); the run folder
     records the config only, so resuming needs the same ``data`` again. In-process engines only.
+    ``execution``: settings that do not change the numbers (``jobs`` of a grid), recorded in
+    ``summary.json``'s ``versions``.
     """
     cfg = as_config(config)
     if cfg.engine == "flower":
@@ -81,38 +97,51 @@ def run(
         raise FedwearError(f"until={until} pauses a run to continue it later, which needs checkpoints and an "
                            "in-process engine: set checkpoint_every > 0 and engine: sim or batched")
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
-    plan = rundir.plan(cfg, out, resume, overwrite)
-    if plan.finished is not None:
-        return Result(out, plan.finished)
-    prepare_process(cfg.threads)
-    # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
-    if data is None:
-        data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    method = private(build_method(Task.of(cfg, data)))
-    roster = Roster.of(method, data)
-    pause = Pause(until) if until is not None else None
-    cbs = _start_out_dir(cfg, out, quiet, [*([pause] if pause else []), *(callbacks or [])],
-                         fresh=plan.checkpoint is None)
-    try:
-        if plan.checkpoint is not None and (moved := rundir.moved_since(plan.checkpoint)):
-            log.warning("resuming %s on other libraries or another CPU (%s): the rounds from here may not "
-                        "match an uninterrupted run bit for bit", out, moved)
-        log_data(data)
-        if cfg.engine == "flower-sim":
-            from fedwear.engines.flower import run_simulation
+    with rundir.RunLock(out), _early_warnings():
+        plan = rundir.plan(cfg, out, resume, overwrite, restart)
+        if plan.restarted:
+            log.warning("%s stopped before its first checkpoint: starting it again", out)
+        if plan.finished is not None:
+            return Result(out, plan.finished)
+        prepare_process(cfg.threads)
+        # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
+        if data is None:
+            data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+        method = private(build_method(Task.of(cfg, data)))
+        roster = Roster.of(method, data)
+        pause = Pause(until) if until is not None else None
+        cbs = _start_out_dir(cfg, out, quiet, [*([pause] if pause else []), *(callbacks or [])],
+                             fresh=plan.checkpoint is None)
+        runner = None
+        try:
+            if plan.checkpoint is not None and (moved := rundir.moved_since(plan.checkpoint)):
+                log.warning("resuming %s on other libraries or another CPU (%s): the rounds from here may not "
+                            "match an uninterrupted run bit for bit", out, moved)
+            log_data(data)
+            if cfg.engine == "flower-sim":
+                from fedwear.engines.flower import run_simulation
 
-            run_simulation(cfg, method, roster, cbs, plan.checkpoint)
-        else:
-            engine = BatchedExecutor if cfg.engine == "batched" else SimExecutor
-            executor = engine(method, method.training_clients(data), data.clients, data.new_clients,
-                            pooled_test(data), cfg, test_slices(data), out=out)
-            runner = Runner(cfg, method, roster, executor, cbs)
-            if plan.checkpoint is not None:
-                runner.restore(plan.checkpoint)
-            runner.run()
-        return _finish(cfg, out, roster, paused=pause is not None and pause.paused)
-    finally:
-        _detach_log()
+                run_simulation(cfg, method, roster, cbs, plan.checkpoint)
+            else:
+                engine = BatchedExecutor if cfg.engine == "batched" else SimExecutor
+                executor = engine(method, method.training_clients(data), data.clients, data.new_clients,
+                                  pooled_test(data), cfg, test_slices(data), out=out)
+                runner = Runner(cfg, method, roster, executor, cbs)
+                if plan.checkpoint is not None:
+                    runner.restore(plan.checkpoint)
+                runner.run()
+            if runner is not None and runner.interrupted and runner.completed < cfg.rounds:
+                raise RunInterrupted(f"{out}: {runner.interruption()}")
+            return _finish(cfg, out, roster, paused=pause is not None and pause.paused, execution=execution)
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:
+            if runner is None:
+                raise RunInterrupted(f"{out}: interrupted before its first round; nothing can be resumed: "
+                                     "start again with --overwrite") from None
+            raise RunInterrupted(f"{out}: {runner.interruption()}") from None
+        finally:
+            _detach_log()
 
 
 def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int | None = None,
@@ -122,20 +151,21 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
 
     cfg = as_config(config, "engine=flower")
     out = Path(out_dir)
-    rundir.plan(cfg, out, resume=False, overwrite=overwrite)
-    executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
-    roster = roster_from_nodes(executor.info)
-    method = private(build_method(roster.task(cfg)))
-    cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
-    try:
-        log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),
-                 len(roster.new_clients), ", ".join(roster.new_clients))
-        Runner(cfg, method, roster, executor, cbs).run()
-        result = _finish(cfg, out, roster)
-    finally:
-        _detach_log()
-    result.summary["flower_bytes"] = {"down": executor.bytes_down, "up": executor.bytes_up}
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
+    with rundir.RunLock(out), _early_warnings():
+        rundir.plan(cfg, out, resume=False, overwrite=overwrite)
+        executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
+        roster = roster_from_nodes(executor.info)
+        method = private(build_method(roster.task(cfg)))
+        cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
+        try:
+            log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),
+                     len(roster.new_clients), ", ".join(roster.new_clients))
+            Runner(cfg, method, roster, executor, cbs).run()
+            result = _finish(cfg, out, roster)
+        finally:
+            _detach_log()
+        result.summary["flower_bytes"] = {"down": executor.bytes_down, "up": executor.bytes_up}
+        (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
     return result
 
 
@@ -144,6 +174,7 @@ def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callb
     out.mkdir(parents=True, exist_ok=True)
     if fresh:
         rundir.clear(out)
+        rundir.write_marker(out)
     _attach_log(out)
     (out / "config.yaml").write_text(dump_config(cfg))
     early = [cb for cb in callbacks or [] if isinstance(cb, Pause)]  # before the checkpoint it asks for
@@ -173,15 +204,21 @@ def log_data(data: FederatedData) -> None:
                  len(c.train), len(c.val), len(c.test), what)
 
 
-def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False) -> Result:
+def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
+            execution: dict | None = None) -> Result:
     """summary.json from the CSV files; a paused run gets its summary back but none is written
     (it is unfinished: ``--resume`` continues it)."""
+    import torch
+
     from fedwear.summary import build_summary
 
     metrics = pd.read_csv(out / "metrics.csv")
     rounds = pd.read_csv(out / "rounds.csv")
     wall = float(pd.read_csv(out / "timing.csv")["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
+    # settings that do not change the numbers, so they stay out of the config hash
+    summary["versions"].update({"threads": torch.get_num_threads(), "nice": os.nice(0), **(execution or {})})
+    summary["warnings"] = warnings_logged(out / "run.log")
     summary["clients"] = {"train": len(roster.clients), "new": len(roster.new_clients)}
     secure = cfg.flower.secagg.model_dump() if cfg.flower.secagg.enabled else False
     summary["privacy"] = {"dp": "none", "secure_aggregation": secure}
@@ -194,13 +231,46 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False) -> 
     return Result(out, summary)
 
 
+def warnings_logged(run_log: Path) -> int:
+    """How many different warnings run.log holds (over every segment of a resumed run, which
+    repeats what loading the data warned about)."""
+    if not run_log.exists():
+        return 0
+    with run_log.open(errors="replace") as f:
+        return len({m[1] for line in f if (m := _WARNING.match(line))})
+
+
+_WARNING = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ WARNING (.*)")
+
+
+@contextmanager
+def _early_warnings() -> Iterator[None]:
+    """Warnings logged before run.log is open (while the data loads) are held back and written
+    to it when it opens (:func:`_attach_log`)."""
+    held = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
+    held.setLevel(logging.WARNING)
+    held._fedwear_early = True  # type: ignore[attr-defined]
+    log.addHandler(held)
+    try:
+        yield
+    finally:
+        log.removeHandler(held)
+        held.close()
+
+
 def _attach_log(out: Path) -> None:
-    """run.log gets every INFO line of the ``fedwear`` logger until :func:`_detach_log`."""
+    """run.log gets every INFO line of the ``fedwear`` logger until :func:`_detach_log`, after
+    the warnings :func:`_early_warnings` held back."""
     _detach_log()
     log.setLevel(logging.INFO)
     h = logging.FileHandler(out / "run.log")
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     h._fedwear_run = True  # type: ignore[attr-defined]
+    for held in [x for x in log.handlers if getattr(x, "_fedwear_early", False)]:
+        for record in held.buffer:
+            h.handle(record)
+        log.removeHandler(held)
+        held.close()
     log.addHandler(h)
 
 

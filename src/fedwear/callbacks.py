@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +29,17 @@ ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dro
                  "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes"]
 #: The checkpoint of a run folder (:func:`save_checkpoint`).
 CHECKPOINT = "checkpoint.npz"
-LEGACY_CHECKPOINT = "checkpoint.pkl"  # the pickle of fedwear < 0.2: never loaded
+LEGACY_CHECKPOINT = "checkpoint.pkl"  # run folder format 1 (a pickle): never loaded, `fedwear upgrade` converts it
 log = logging.getLogger("fedwear")
 
 
 def _fmt(v: object) -> str:
     return repr(float(v)) if isinstance(v, float | np.floating) else str(v)
+
+
+def complete_rows(f: Iterable[str]) -> list[dict]:
+    """The rows of a CSV file with every field present: a line torn by a kill is dropped."""
+    return [r for r in csv.DictReader(f) if None not in r and None not in r.values()]
 
 
 class CsvTable:
@@ -46,7 +52,7 @@ class CsvTable:
         if not self.path.exists():
             return
         with self.path.open(newline="") as f:
-            rows = [r for r in csv.DictReader(f) if int(r["round"]) <= round]
+            rows = [r for r in complete_rows(f) if int(r["round"]) <= round]
         self._write(rows, "w")
 
     def append(self, rows: list[dict]) -> None:
@@ -115,6 +121,7 @@ class Checkpointer(Callback):
                 "versions": self.versions,
             })
             runner.executor.checkpoint_saved()
+            runner.checkpointed = info.round
 
 
 def checkpoint_states(runner: Runner, round: int) -> dict:
@@ -183,7 +190,17 @@ class RunLog(Callback):
             log.info("round %d evaluation (test, %s-weighted over clients): %s", info.round, how, "; ".join(heads))
 
     def on_end(self, runner: Runner) -> None:
-        log.info("end: %s", "stopped early" if runner.stop else "finished")
+        done, rounds = runner.completed, runner.cfg.rounds
+        if runner.failed:
+            log.info("end: failed in round %d (%s)", done + 1, runner.interruption().partition("; ")[2])
+        elif runner.interrupted and done < rounds:
+            log.info("end: %s", runner.interruption())
+        elif any(isinstance(cb, Pause) and cb.paused for cb in runner.callbacks):
+            log.info("end: paused at round %d of %d (--resume continues)", done, rounds)
+        elif done < rounds:
+            log.info("end: stopped early at round %d of %d (early stopping)", done, rounds)
+        else:
+            log.info("end: finished")
 
 
 class EarlyStopping(Callback):

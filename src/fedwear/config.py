@@ -207,11 +207,13 @@ class RunConfig(Strict):
             return max(1, min(n, -(-round(v * n * 1e9) // 10**9)))  # ceil, robust to 0.15 * 20
         return min(n, v)
 
-    def hash(self) -> str:
+    def hash(self, *, with_threads: bool = False) -> str:
         """Digest of the settings that decide a run's numbers and differ from the defaults: a
         key added later (with a default) does not orphan run directories made before it; where
-        the data lives (``dataset.root``, ``dataset.sources[].root``, ``dataset.cache_dir``) and
-        other methods' options do not count."""
+        the data lives (``dataset.root``, ``dataset.sources[].root``, ``dataset.cache_dir``),
+        how many threads run it (``threads``) and other methods' options do not count.
+        ``with_threads``: the digest run folders of format 1 carry, which counted ``threads`` (to recognise
+        the run folders it wrote, ``fedwear upgrade``)."""
         tree = self.model_dump(mode="json", exclude_defaults=True)
         dataset = tree.pop("dataset", {})
         dataset = {k: v for k, v in dataset.items() if k not in ("root", "cache_dir")}
@@ -219,6 +221,8 @@ class RunConfig(Strict):
             dataset["sources"] = [{k: v for k, v in src.items() if k != "root"} for src in dataset["sources"]]
         if dataset:
             tree["dataset"] = dataset
+        if not with_threads:
+            tree.pop("threads", None)  # an execution setting: summary.json's versions records it
         own = self.method_options.get(self.method)
         tree.pop("method_options", None)
         if own:

@@ -1,33 +1,53 @@
-"""The run directory: what a run writes, and whether a folder may be started, resumed or reused.
+"""The run directory: what a run writes, who may write it, and whether it may be started,
+resumed or reused.
 
-Rules (``fedwear run`` and ``fedwear compare``):
+A folder is a *run folder* only if it holds the marker :data:`MARKER` that fedwear writes when a
+run starts there (JSON: the format version and the fedwear version). Rules (``fedwear run``,
+``fedwear compare``, ``fedwear reproduce``):
 
 * a new or empty folder: start;
-* a folder holding a run, without ``--resume`` or ``--overwrite``: refuse, nothing is touched;
-* ``--resume``: a finished run of the same config (its ``summary.json`` carries the same
-  config hash) is reused as it is; an unfinished one continues from its checkpoint, which must
-  carry the same config hash and not be ahead of the CSV files; a run with no checkpoint is
-  refused (nothing to continue from);
-* ``--overwrite``: the previous run's files are removed once the new run's data has loaded.
+* a folder with files but no marker (the user's own, or a run of an older fedwear): refuse,
+  nothing is touched (``fedwear upgrade`` adopts an older run folder);
+* a run folder, without ``--resume`` or ``--overwrite``: refuse, nothing is touched;
+* ``--resume``: a finished run of the same config (its ``summary.json`` beside a
+  ``config.yaml`` of the same config hash) is reused as it is; an unfinished one continues from
+  its checkpoint, which must carry the same config hash and not be ahead of the CSV files; a
+  run with no checkpoint is refused (nothing to continue from), or, for a grid
+  (``restart=True``), started again;
+* ``--overwrite``: the files fedwear wrote there (:data:`RUN_FILES`) are removed once the new
+  run's data has loaded; any other file stays.
+
+One writer at a time: :class:`RunLock` holds an OS lock (``fcntl.flock``) on :data:`LOCK` for
+the whole run, so a second writer stops at once naming the holder; the OS drops the lock when
+its process dies, so a crash never leaves a folder locked.
 """
 
 from __future__ import annotations
 
-import csv
+import fcntl
 import json
+import os
 import shutil
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedwear.callbacks import CHECKPOINT, load_checkpoint
+from fedwear.callbacks import CHECKPOINT, LEGACY_CHECKPOINT, complete_rows, load_checkpoint
 from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.version import library_versions
+from fedwear.version import __version__, library_versions
 
+#: Written first into every run folder: what makes a folder a run folder.
+MARKER = ".fedwear-run"
+#: Run folder format: 2 = checkpoints and client states as NPZ + JSON (1: pickles, no marker).
+FORMAT = 2
+#: The lock file of :class:`RunLock` (it names the holder).
+LOCK = ".fedwear-lock"
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,
-             "checkpoint.tmp", STATES_FOLDER, "run.log", "report")
+             "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report")
 
 
 @dataclass
@@ -36,19 +56,49 @@ class Plan:
 
     checkpoint: dict | None = None
     finished: dict | None = None  # the summary of a finished run of the same config
+    restarted: bool = False  # ``restart``: a run with nothing to resume starts again
 
 
-def has_run(out: Path) -> bool:
-    return out.is_dir() and any((out / f).exists() for f in RUN_FILES)
+def is_run(out: Path) -> bool:
+    """Whether ``out`` holds fedwear's marker."""
+    return (out / MARKER).is_file()
 
 
-def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> Plan:
-    """Decide (without writing anything) how a run into ``out`` proceeds; FedwearError if it may not."""
+def foreign_files(out: Path) -> list[str]:
+    """What ``out`` holds besides fedwear's lock file (for a folder without a marker)."""
+    if not out.is_dir():
+        return []
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name != LOCK)
+
+
+def looks_like_old_run(out: Path) -> bool:
+    """A run folder of a fedwear without markers: its config and metrics, nothing foreign."""
+    names = {p.name for p in out.iterdir()} - {LOCK}
+    return {"config.yaml", "metrics.csv"} <= names and names <= set(RUN_FILES)
+
+
+def write_marker(out: Path) -> None:
+    (out / MARKER).write_text(json.dumps({"format": FORMAT, "fedwear": __version__}) + "\n")
+
+
+def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool = False) -> Plan:
+    """Decide (without writing anything) how a run into ``out`` proceeds; FedwearError if it may not.
+
+    ``restart``: with ``resume``, a run that stopped before its first checkpoint starts again
+    (what a grid wants) instead of being refused."""
     if resume and overwrite:
         raise FedwearError("--resume and --overwrite exclude each other: choose one")
     if out.exists() and not out.is_dir():
         raise FedwearError(f"{out} is a file, not a folder: pass --out with a folder path")
-    if not has_run(out) or overwrite:
+    if not is_run(out):
+        if foreign := foreign_files(out):
+            shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+            hint = (f"it looks like a run of an older fedwear: `fedwear upgrade {out}` adopts it"
+                    if looks_like_old_run(out) else "pass --out with a new or empty folder")
+            raise FedwearError(f"{out} holds files fedwear did not write there ({shown}) and no {MARKER} "
+                               f"marker, so it is not a run folder: {hint}")
+        return Plan()
+    if overwrite:
         return Plan()
     if not resume:
         which = "this config" if _config_hash(out) == cfg.hash() else "a different config"
@@ -56,15 +106,23 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> Plan:
             f"{out} already holds a run of {which}: add --resume to continue (or reuse) it, "
             "--overwrite to replace it, or pass --out with a new folder"
         )
+    same = _config_hash(out) == cfg.hash()
     summary = _read_json(out / "summary.json")
-    if summary is not None and summary.get("config_hash") == cfg.hash():
+    if summary is not None and same:
         return Plan(finished=summary)
-    if _config_hash(out) != cfg.hash():
+    if not same:
         raise FedwearError(
             f"{out} holds a run with a different config: --resume needs the same config and "
             "--set values; pass --out with a new folder or --overwrite"
         )
     if not (out / CHECKPOINT).exists():
+        if (out / LEGACY_CHECKPOINT).exists():
+            raise FedwearError(
+                f"{out / LEGACY_CHECKPOINT} is in the old pickle format, which fedwear no longer reads (loading "
+                f"a pickle can run any code): `fedwear upgrade {out} --trust-pickles` converts it if you trust "
+                "who wrote it, or add --overwrite to start again")
+        if restart:
+            return Plan(restarted=True)
         raise FedwearError(
             f"{out} has no checkpoint to resume from (checkpoint_every=0, or stopped before its first "
             "checkpoint): add --overwrite to start it again"
@@ -108,7 +166,58 @@ def last_round(rounds_csv: Path) -> int:
     if not rounds_csv.exists():
         return 0
     with rounds_csv.open(newline="") as f:
-        return max((int(r["round"]) for r in csv.DictReader(f)), default=0)
+        return max((int(r["round"]) for r in complete_rows(f)), default=0)
+
+
+class RunLock:
+    """Exclusive use of a run folder while a run writes it (a context manager).
+
+    ``fcntl.flock`` on ``<out>/.fedwear-lock``, which names the holder (pid, host, start time) for
+    the one line a second writer gets. A lock the OS took back from a dead process is free again.
+    The file goes when the holder is done; a folder made only to hold the lock goes with it."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.path = out, out / LOCK
+        self.fd: int | None = None
+        self.made: list[Path] = []
+
+    def __enter__(self) -> RunLock:
+        if self.out.exists() and not self.out.is_dir():
+            raise FedwearError(f"{self.out} is a file, not a folder: pass --out with a folder path")
+        self.made = [p for p in (self.out, *self.out.parents) if not p.exists()]  # to remove if left empty
+        self.out.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 512).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise FedwearError(f"{self.out} is in use by {holder}: wait for that run to end, or pass --out "
+                                   "with another folder") from None
+            try:  # the holder before us may have removed the file it locked: lock the one on disk
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.write(fd, f"fedwear (pid {os.getpid()} on host {socket.gethostname()}, since {started})\n".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is None:
+            return
+        self.path.unlink(missing_ok=True)  # before unlocking: whoever waits then locks a new file
+        os.close(self.fd)
+        self.fd = None
+        for folder in self.made:
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
 
 
 def _config_hash(out: Path) -> str | None:

@@ -10,9 +10,11 @@ import typer
 
 from fedwear.cli.common import (
     SetOpt,
+    check_method_names,
     console_logging,
     fail,
     file_system_error,
+    interrupted,
     name_list,
     parse_seeds,
 )
@@ -51,15 +53,14 @@ def run(
     from fedwear.config import load_config
     from fedwear.report.tables import summary_table
 
-    console_logging(quiet)
+    console_logging()
     try:
         cfg = load_config(config, set_ or [])
         result = run_api(cfg, out, resume=resume, quiet=quiet, overwrite=overwrite)
     except FedwearError as e:
         fail(e)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: continue with the same command plus --resume", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        interrupted(e)
     typer.echo(summary_table(result.summary))
     typer.echo(f"run directory: {result.out_dir}")
     _exit_on_failed_rounds({str(result.out_dir): result.summary})
@@ -97,13 +98,14 @@ def compare(
     from fedwear.config import load_config
     from fedwear.report.tables import comparison_table
 
-    console_logging(quiet)
+    console_logging()
     try:
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
         names = name_list(methods)
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
+        check_method_names("--methods", names)
         seed_list = parse_seeds("--seeds", seeds)
         base = load_config(config, set_ or [])
         root = out or Path("runs") / f"compare-{Path(config).stem}"
@@ -122,15 +124,36 @@ def compare(
         md, frame = comparison_table(summaries, select, base)
     except FedwearError as e:
         fail(e)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: continue with the same command (finished runs are reused)", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
     root.mkdir(parents=True, exist_ok=True)
     (root / "table.md").write_text(md + "\n")
     frame.to_csv(root / "table.csv", index=False)
     typer.echo(md)
     typer.echo(f"\ntable: {root / 'table.md'} and {root / 'table.csv'}")
     _exit_on_failed_rounds({str(where): s for where, s in done.items()})
+
+
+@app.command()
+def upgrade(
+    folders: Annotated[list[Path], typer.Argument(help="run folders (a folder of run folders: each of them)")],
+    trust_pickles: Annotated[bool, typer.Option(help="convert old pickle checkpoints (read with a loader that only "
+                                                     "admits arrays and fedwear's records); only for folders you trust")] = False,
+) -> None:
+    """Adopt run folders written by an older fedwear: mark them as run folders (so --resume,
+    --overwrite and compare accept them) and, with --trust-pickles, convert their checkpoints."""
+    from fedwear.upgrade import upgrade_folder
+
+    try:
+        found = [f for f in folders if (f / "config.yaml").exists()] + [
+            sub for f in folders if not (f / "config.yaml").exists() for sub in sorted(f.glob("**/config.yaml"))]
+        runs = [f if f.name != "config.yaml" else f.parent for f in found]
+        if not runs:
+            raise FedwearError(f"no run folder (with a config.yaml) in {', '.join(map(str, folders))}")
+        for run in runs:
+            typer.echo(f"{run}: {upgrade_folder(run, trust_pickles)}")
+    except FedwearError as e:
+        fail(e)
 
 
 def _announce(k: int, n: int, where: Path) -> None:
@@ -160,7 +183,5 @@ def main() -> None:
             raise
         typer.echo(f"error: {line}", err=True)
         raise SystemExit(2) from None
-
-
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from fedwear.errors import FedwearError
+from fedwear.errors import NO_ACCESS, NO_SPACE, FedwearError
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config key: --set rounds=10")]
 
@@ -25,11 +25,10 @@ def fail(e: Exception | str) -> NoReturn:
     raise typer.Exit(2)
 
 
-#: Errors of the file system rather than of fedwear: the user frees space, fixes permissions or
-#: picks another folder. Other ``OSError`` values (a missing file fedwear should have written, say)
-#: are bugs and keep their traceback; missing or unreadable data files are DataErrors already.
-NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-NO_ACCESS = {errno.EACCES, errno.EPERM, errno.EROFS}
+#: Errors of the file system rather than of fedwear (a full disk, no write access, and a few more):
+#: the user frees space, fixes permissions or picks another folder. Other ``OSError`` values (a
+#: missing file fedwear should have written, say) are bugs and keep their traceback; missing or
+#: unreadable data files are DataErrors already.
 FILE_SYSTEM = NO_SPACE | NO_ACCESS | {errno.EIO, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EMFILE, errno.ENFILE}
 
 
@@ -71,12 +70,13 @@ def command_line(command: str, args: list[str], options: Iterable[tuple[str, obj
     return f"{command} " + " ".join(shlex.quote(a) for a in args)
 
 
-def console_logging(quiet: bool) -> None:
-    """fedwear's warnings (errors only with ``quiet``) on stderr, attached once."""
+def console_logging() -> None:
+    """fedwear's warnings and errors on stderr, attached once: ``--quiet`` hides progress bars only,
+    a warning (damaged data, a client left out) is never hidden."""
     log = logging.getLogger("fedwear")
     if not any(getattr(h, "_fedwear_console", False) for h in log.handlers):
         h = logging.StreamHandler(sys.stderr)
-        h.setLevel(logging.ERROR if quiet else logging.WARNING)
+        h.setLevel(logging.WARNING)
         h.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
         h._fedwear_console = True  # type: ignore[attr-defined]
         log.addHandler(h)
@@ -110,3 +110,31 @@ def parse_seeds(option: str, text: str) -> list[int]:
         raise FedwearError(f"{option} {text!r}: seed {bad[0]} is out of range; seeds are 0 .. 2**64-1 "
                            f"({SEED_MAX})")
     return values
+
+
+def check_method_names(option: str, names: list[str]) -> None:
+    """A one-line FedwearError naming ``option`` (not a ``--set`` the user never typed) when a
+    name is not a method, with the closest ones."""
+    import difflib
+
+    from fedwear.methods import METHODS
+
+    for name in names:
+        if name not in METHODS:
+            close = difflib.get_close_matches(name, METHODS, n=3)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise FedwearError(f"{option}: unknown method {name!r}; {hint}see `fedwear methods` for all of them")
+
+
+def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
+    """Exit 130 after Ctrl-C, saying what the run saved (:class:`fedwear.api.RunInterrupted`
+    knows) and, for a grid, how it goes on."""
+    from fedwear.api import RunInterrupted
+
+    saved = str(e) if isinstance(e, RunInterrupted) else ""
+    if grid is None:
+        typer.echo(f"interrupted: {saved or 'before the run started: nothing was written; rerun the same command'}",
+                   err=True)
+    else:
+        typer.echo(f"interrupted: {grid}" + (f" ({saved})" if saved else ""), err=True)
+    raise typer.Exit(130) from None

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import SetOpt, command_line, console_logging, fail, name_list, parse_seeds
+from fedwear.cli.common import (
+    SetOpt,
+    command_line,
+    console_logging,
+    fail,
+    interrupted,
+    name_list,
+    parse_seeds,
+)
 from fedwear.errors import FedwearError
 
 
@@ -48,7 +56,7 @@ def reproduce(
     from fedwear.compare import run_grid
     from fedwear.reproduce.results import write_results
 
-    console_logging(quiet)
+    console_logging()
     try:
         if list_ or table is None:
             from fedwear.reproduce.run_files import table_progress
@@ -79,6 +87,5 @@ def reproduce(
         typer.echo(f"results: {target}")
     except FedwearError as e:
         fail(e)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: continue with the same command", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as e:
+        interrupted(e, "continue with the same command (finished runs are reused, the others resume)")

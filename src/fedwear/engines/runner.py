@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,7 +22,7 @@ from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
 from fedwear.engines.client import TRAINING_BYTES, Row, row_client
 from fedwear.methods import Method, Record, Task
-from fedwear.methods.api import Selection, client_classes
+from fedwear.methods.api import WEIGHT, Selection, client_classes
 from fedwear.seeding import client_schedule
 
 log = logging.getLogger("fedwear")
@@ -87,24 +91,78 @@ class Roster:
     kind: str = "classification"
     target: tuple[float, float] = (0.0, 1.0)
     classes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each client's own classes
+    #: Each training client's train windows, where the server knows them: the most a reply may weigh.
+    train_sizes: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def of(method: Method, data: FederatedData) -> Roster:
+        trainers = method.training_clients(data)
         return Roster(
             clients=[c.client_id for c in data.clients],
             new_clients=[c.client_id for c in data.new_clients],
-            trainers=[c.client_id for c in method.training_clients(data)],
+            trainers=[c.client_id for c in trainers],
             window=data.window,
             channels=len(data.channels),
             num_classes=data.num_classes,
             kind=data.kind,
             target=tuple(data.target),
             classes=client_classes(data),
+            train_sizes={c.client_id: len(c.train) for c in trainers},
         )
 
     def task(self, cfg: RunConfig) -> Task:
         return Task(cfg, self.window, self.channels, self.num_classes, len(self.clients), self.kind,
                     tuple(self.target), dict(self.classes))
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+
+def _whole(v: object) -> int | None:
+    """``v`` as a whole number (an integer, or a float without a fraction), else None."""
+    if not _is_number(v):
+        return None
+    if isinstance(v, int | np.integer):
+        return int(v)
+    f = float(v)  # type: ignore[arg-type]
+    return int(f) if math.isfinite(f) and f.is_integer() else None
+
+
+def reply_problem(reply: Record, train_size: int | None) -> str | None:
+    """Why the scalars the round loop reads from a reply are unusable, or None.
+
+    The weight ``num_examples`` must be a whole number from 1 to the client's train windows
+    (``train_size``, where the server knows it: :attr:`Roster.train_sizes`). Aggregation averages
+    by it, so one NaN would turn the global model into NaN (and every honest reply after it would
+    be dropped for NaN), and 1e12 would make one client the whole model; a reply with such a
+    weight is left out under its client's name instead. ``loss`` must be a number (NaN: no step
+    was taken), ``training_bytes`` a whole number >= 0.
+    """
+    if WEIGHT not in reply.scalars:
+        return f"no weight: the reply lacks the scalar {WEIGHT!r} (the client's number of train windows)"
+    v = reply.scalars[WEIGHT]
+    n = _whole(v)
+    bound = f"1 to {train_size}" if train_size is not None else "at least 1"
+    if n is None or n < 1 or (train_size is not None and n > train_size):
+        if not _is_number(v):
+            what = f"{v!r} ({type(v).__name__}), not a number"
+        elif not math.isfinite(float(v)):  # type: ignore[arg-type]
+            what = f"{v}, not finite"
+        elif n is None:
+            what = f"{v}, not a whole number"
+        elif n < 1:
+            what = f"{v}, not positive"
+        else:
+            what = f"{v}, above the client's {train_size} train windows"
+        return f"weight {WEIGHT!r} is {what} (expected a whole number of train windows, {bound})"
+    loss = reply.scalars.get("loss", 0.0)
+    if not _is_number(loss):
+        return f"scalar 'loss' is {loss!r} ({type(loss).__name__}), not a number"
+    used = reply.scalars.get(TRAINING_BYTES, 0)
+    if _whole(used) is None or used < 0:  # type: ignore[operator]
+        return f"scalar {TRAINING_BYTES!r} is {used!r}, not a whole number of bytes >= 0"
+    return None
 
 
 class Runner:
@@ -120,12 +178,17 @@ class Runner:
         self.server: Record = method.init_server()
         self.start_round = 1
         self.stop = False
+        self.completed = 0  # the last round whose callbacks all ran
+        self.checkpointed: int | None = None  # the round of the last checkpoint on disk
+        self.interrupted: str | None = None  # "after" (at the end of a round) or "during" a round
+        self.failed = False  # an error ended the run
 
     def restore(self, checkpoint: dict) -> None:
         """Continue after ``checkpoint["round"]`` (see ``fedwear.callbacks.Checkpointer``)."""
         self.server = checkpoint["server"]
         self.executor.restore(checkpoint["clients"])
         self.start_round = checkpoint["round"] + 1
+        self.completed = self.checkpointed = checkpoint["round"]
         saved = checkpoint.get("callbacks", {})
         for cb in self.callbacks:
             if type(cb).__name__ in saved and hasattr(cb, "load_state_dict"):
@@ -142,26 +205,65 @@ class Runner:
         return self.method.evaluation_due(r, self.cfg.evaluation.every, self.cfg.rounds)
 
     def run(self) -> None:
+        """The rounds from ``start_round`` on. A first Ctrl-C (SIGINT, main thread) lets the round
+        in progress finish, checkpoints it and stops (``interrupted = "after"``); a second one
+        stops at once (``"during"``: the last checkpoint stands)."""
         for cb in self.callbacks:
             cb.on_start(self)
         try:
-            if self.start_round == 1 and self.cfg.evaluation.at_start:
-                info = RoundInfo(0, [], 0, 0, {}, float("nan"), 0.0)
-                t0, c0 = time.perf_counter(), time.process_time()
-                self.evaluate(0, info)
-                info.wall_s, info.cpu_s = time.perf_counter() - t0, time.process_time() - c0
-                for cb in self.callbacks:
-                    cb.on_round(self, info)
-            for r in range(self.start_round, self.cfg.rounds + 1):
-                if self.stop:  # early stopping, or a pause (``until``)
-                    break
-                info = self.run_round(r)
-                for cb in self.callbacks:
-                    cb.on_round(self, info)
+            with self._interruptible():
+                if self.start_round == 1 and self.cfg.evaluation.at_start:
+                    info = RoundInfo(0, [], 0, 0, {}, float("nan"), 0.0)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    self.evaluate(0, info)
+                    info.wall_s, info.cpu_s = time.perf_counter() - t0, time.process_time() - c0
+                    for cb in self.callbacks:
+                        cb.on_round(self, info)
+                for r in range(self.start_round, self.cfg.rounds + 1):
+                    if self.stop:  # early stopping, a pause (``until``) or an interrupt
+                        break
+                    info = self.run_round(r)
+                    for cb in self.callbacks:
+                        cb.on_round(self, info)
+                    self.completed = r
+        except KeyboardInterrupt:
+            self.interrupted = "during"
+            raise
+        except BaseException:
+            self.failed = True
+            raise
         finally:
             self.executor.close()
             for cb in self.callbacks:
                 cb.on_end(self)
+
+    @contextmanager
+    def _interruptible(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def first(signum: int, frame: object) -> None:
+            self.interrupted, self.stop = "after", True
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            log.warning("interrupted: finishing round %d, then saving a checkpoint (Ctrl-C again stops at once)",
+                        self.completed + 1)
+
+        previous = signal.signal(signal.SIGINT, first)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def interruption(self) -> str:
+        """What an interrupted run left, and how to go on: the line that ends its run.log."""
+        where = (f"interrupted at round {self.completed}" if self.interrupted == "after"
+                 else f"interrupted at round {self.completed + 1} (unfinished)")
+        if self.checkpointed is None:
+            every = self.cfg.checkpoint_every
+            why = "checkpoint_every=0" if every == 0 else f"checkpoint_every={every}, none reached yet"
+            return f"{where}; no checkpoint ({why}), so nothing can be resumed: start again with --overwrite"
+        return f"{where}; checkpoint of round {self.checkpointed}: continue with --resume"
 
     def run_round(self, r: int) -> RoundInfo:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -174,7 +276,8 @@ class Runner:
         accepted: dict[str, Record] = {}
         for c in clients:
             reply = replies.get(c)
-            reason = "no reply" if reply is None else m.validate_reply(downs[c], reply)
+            reason = "no reply" if reply is None else (
+                reply_problem(reply, self.roster.train_sizes.get(c)) or m.validate_reply(downs[c], reply))
             if reason:
                 dropped[c] = reason
                 log.warning("round %d: client %s left out of aggregation: %s", r, c, reason)

@@ -36,6 +36,9 @@ Scalar = int | float | str | bool
 FitJob = tuple["Record", "Record", "ClientData", int]
 #: Groups of a round's clients that ``select`` hands to ``aggregate`` (PCFedH: cluster -> drawn clients).
 Plan = dict[str, list[str]]
+#: The reply scalar every ``fit`` sends: the client's number of train windows, which aggregation
+#: may weight it by (1 under central DP, whose mean is equal-weight, and for the mean SecAgg+ returns).
+WEIGHT = "num_examples"
 
 
 @dataclass
@@ -234,7 +237,9 @@ class Method:
 
     # ---- checks shared by engines -------------------------------------------------------
     def validate_reply(self, down: Record, reply: Record) -> str | None:
-        """Why a client's reply is malformed (names, shapes, non-finite values), or None."""
+        """Why a client's reply is malformed (names, shapes, non-finite values), or None. The
+        round loop checks the scalars it reads itself, the weight ``num_examples`` first
+        (:func:`fedwear.engines.runner.reply_problem`), so an override need not."""
         expected = self.reply_spec(down)
         if set(reply.arrays) != set(expected):
             missing = sorted(set(expected) - set(reply.arrays))

@@ -1,0 +1,295 @@
+"""Run folders: the marker, the one-writer lock, what --overwrite removes, interrupts that say
+what they saved, warnings that --quiet keeps, and grids that restart only what cannot resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fedwear
+from fedwear import rundir
+from fedwear.callbacks import CHECKPOINT
+from fedwear.config import dump_config
+from fedwear.errors import FedwearError
+from tests.helpers import tiny_config
+from tests.test_cli import assert_one_line_error
+from tests.test_cli import fedwear as cli
+from tests.test_run import Interrupt
+
+CMD = [sys.executable, "-m", "fedwear.cli"]
+
+
+def slow_config_file(tmp_path: Path, **overrides) -> Path:
+    """A run of ~0.2 s a round on the synthetic data: long enough to act on while it runs."""
+    cfg = tiny_config(**{"rounds": 40, "method": "local", "evaluation.every": 10, **overrides})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(dump_config(cfg))
+    return path
+
+
+def wait_for_rows(path: Path, rows: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) > rows:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {rows} rows")
+
+
+# --- the marker, and what --overwrite removes ---------------------------------------------
+
+
+def test_a_run_writes_the_marker(tmp_path):
+    fedwear.run(tiny_config(), tmp_path / "run")
+    marker = json.loads((tmp_path / "run" / rundir.MARKER).read_text())
+    assert marker["format"] == rundir.FORMAT and marker["fedwear"] == fedwear.__version__
+    assert not (tmp_path / "run" / rundir.LOCK).exists()  # the lock goes with its holder
+
+
+def test_a_users_folder_is_never_taken_for_a_run(tmp_path):
+    """`fedwear run myexp/config.yaml --out myexp --overwrite` (what the error used to suggest)
+    removed myexp/report/ and replaced the user's commented config."""
+    exp = tmp_path / "myexp"
+    (exp / "report").mkdir(parents=True)
+    (exp / "report" / "notes.md").write_text("mine")
+    user_config = "# my experiment, commented\n" + dump_config(tiny_config())
+    (exp / "config.yaml").write_text(user_config)
+    for flags in ([], ["--overwrite"], ["--resume"]):
+        res = cli("run", str(exp / "config.yaml"), "--out", str(exp), "--quiet", *flags)
+        assert_one_line_error(res, str(exp), "not a run folder", "--out")
+    assert (exp / "config.yaml").read_text() == user_config
+    assert (exp / "report" / "notes.md").read_text() == "mine"
+    assert sorted(p.name for p in exp.iterdir()) == ["config.yaml", "report"]
+
+
+def test_overwrite_removes_only_what_fedwear_wrote(tmp_path):
+    out = tmp_path / "run"
+    fedwear.run(tiny_config(), out)
+    (out / "notes.md").write_text("mine")
+    (out / "figures").mkdir()
+    fedwear.run(tiny_config(seed=1), out, overwrite=True)
+    assert (out / "notes.md").read_text() == "mine" and (out / "figures").is_dir()
+    assert json.loads((out / "summary.json").read_text())["seed"] == 1
+
+
+def test_an_old_run_folder_is_refused_until_upgraded(tmp_path):
+    """A folder of format 1 (no marker, hashes that counted threads) is named as such; `fedwear
+    upgrade` adopts it, and a finished one is then reused as it is."""
+    out = tmp_path / "old"
+    cfg = tiny_config()
+    fedwear.run(cfg, out)
+    (out / rundir.MARKER).unlink()
+    summary = json.loads((out / "summary.json").read_text())
+    summary["config_hash"] = cfg.hash(with_threads=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    with pytest.raises(FedwearError, match="older fedwear: `fedwear upgrade"):
+        fedwear.run(cfg, out, resume=True)
+    res = cli("upgrade", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert "marked as a run folder" in res.stdout and "config hash updated" in res.stdout
+    assert json.loads((out / "summary.json").read_text())["config_hash"] == cfg.hash()
+    stamp = (out / "metrics.csv").stat().st_mtime_ns
+    assert fedwear.run(cfg, out, resume=True).summary["config_hash"] == cfg.hash()
+    assert (out / "metrics.csv").stat().st_mtime_ns == stamp
+    assert_one_line_error(cli("upgrade", str(tmp_path / "nothing")), "no run folder")
+
+
+def test_a_refused_start_leaves_no_folder_behind(tmp_path):
+    with pytest.raises(FedwearError):
+        fedwear.run(tiny_config(**{"dataset.name": "usc_had", "dataset.root": str(tmp_path / "none")}),
+                    tmp_path / "a" / "b")
+    assert not (tmp_path / "a").exists()
+
+
+# --- one writer ------------------------------------------------------------------------------
+
+
+def test_a_second_writer_is_refused_and_the_first_runs_on(tmp_path):
+    cfg_path = slow_config_file(tmp_path, rounds=2000)
+    out = tmp_path / "run"
+    first = subprocess.Popen([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(out / "rounds.csv", 2, first)
+    for flags in ([], ["--resume"], ["--overwrite"]):
+        second = cli("run", str(cfg_path), "--out", str(out), "--quiet", *flags)
+        assert_one_line_error(second, "in use by", f"pid {first.pid}", socket.gethostname())
+    assert first.poll() is None, "the first run ended before the second writers were tried"
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=120) == 130, first.stderr.read()
+    rounds = [line.split(",")[0] for line in (out / "rounds.csv").read_text().splitlines()[1:]]
+    assert rounds == [str(r) for r in range(1, len(rounds) + 1)]  # every round once
+    log = (out / "run.log").read_text()
+    assert log.count(" start: ") == 1 and f"interrupted at round {len(rounds)}" in log
+
+
+def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / rundir.LOCK).write_text("fedwear (pid 999999 on host gone, since 2020-01-01 00:00:00)\n")
+    assert fedwear.run(tiny_config(), out).summary["final"]
+
+
+def test_the_lock_excludes_within_one_process_too(tmp_path):
+    with rundir.RunLock(tmp_path / "run"), pytest.raises(FedwearError, match=f"pid {os.getpid()}"):
+        fedwear.run(tiny_config(), tmp_path / "run")
+
+
+def test_grid_workers_end_when_their_parent_is_killed(tmp_path):
+    cfg_path = slow_config_file(tmp_path, rounds=400)
+    root = tmp_path / "cmp"
+    parent = subprocess.Popen([*CMD, "compare", str(cfg_path), "--methods", "local", "--seeds", "0,1", "--jobs",
+                               "2", "--out", str(root), "--quiet"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_rows(root / "local-s0" / "rounds.csv", 2, parent)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    rows = root / "local-s0" / "rounds.csv"
+    deadline = time.time() + 30
+    while time.time() < deadline and (root / "local-s0" / rundir.LOCK).exists():
+        time.sleep(0.1)
+    written = rows.read_text()
+    time.sleep(1.5)
+    assert rows.read_text() == written, "a worker is still writing after its parent died"
+    with rundir.RunLock(root / "local-s0"):  # free: the worker is gone
+        pass
+
+
+# --- interrupts ------------------------------------------------------------------------------
+
+
+def test_ctrl_c_finishes_the_round_checkpoints_it_and_says_so(tmp_path):
+    cfg_path = slow_config_file(tmp_path, checkpoint_every=1000)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(out / "rounds.csv", 3, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert not (out / "summary.json").exists()
+    last = rundir.last_round(out / "rounds.csv")
+    end = (out / "run.log").read_text().strip().splitlines()[-1]
+    assert f"end: interrupted at round {last}; checkpoint of round {last}: continue with --resume" in end
+    assert "end: finished" not in (out / "run.log").read_text()
+    assert f"checkpoint of round {last}: continue with --resume" in err.strip().splitlines()[-1]
+    assert fedwear.callbacks.load_checkpoint(out / CHECKPOINT)["round"] == last
+    resumed = subprocess.run([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet", "--resume"],
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    full = fedwear.run(fedwear.config.load_config(cfg_path), tmp_path / "full")
+    assert (out / "metrics.csv").read_bytes() == (full.out_dir / "metrics.csv").read_bytes()
+
+
+def test_an_interrupt_without_checkpoints_says_nothing_can_be_resumed(tmp_path):
+    cfg_path = slow_config_file(tmp_path, checkpoint_every=0)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(out / "rounds.csv", 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "nothing can be resumed: start again with --overwrite" in err
+    assert "--resume" not in err
+    assert "no checkpoint (checkpoint_every=0)" in (out / "run.log").read_text().splitlines()[-1]
+
+
+def test_an_interrupt_mid_round_names_the_last_checkpoint(tmp_path):
+    cfg = tiny_config(rounds=5, checkpoint_every=2)
+    with pytest.raises(fedwear.api.RunInterrupted, match="round 3 .unfinished.; checkpoint of round 2"):
+        fedwear.run(cfg, tmp_path, callbacks=[Interrupt(after=3)])
+    assert "interrupted at round 3 (unfinished)" in (tmp_path / "run.log").read_text().splitlines()[-1]
+
+
+# --- warnings --------------------------------------------------------------------------------
+
+
+def test_quiet_hides_progress_never_warnings(tmp_path):
+    """A warning while the data loads (before run.log opens) reaches stderr with --quiet, and
+    run.log and summary.json's count."""
+    plugin = tmp_path / "warn_on_load.py"
+    plugin.write_text(
+        "import logging\nimport fedwear.data\nreal = fedwear.data._build\n"
+        "def build(*a):\n    logging.getLogger('fedwear').warning('subject s03: 1 recording is empty')\n"
+        "    return real(*a)\nfedwear.data._build = build\n"
+        "from fedwear.cli import main\nmain()\n")
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(tiny_config()))
+    res = subprocess.run([sys.executable, str(plugin), "run", str(cfg_path), "--out", str(tmp_path / "run"),
+                          "--quiet"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "WARNING: subject s03: 1 recording is empty" in res.stderr
+    assert "WARNING subject s03: 1 recording is empty" in (tmp_path / "run" / "run.log").read_text()
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["warnings"] == 1
+
+
+def test_warnings_of_a_cached_dataset_are_given_again(tmp_path, caplog):
+    from fedwear.data import load_federated
+
+    cfg = tiny_config(**{"dataset.cache_dir": str(tmp_path / "cache")}).dataset
+    real = fedwear.data._build
+
+    def warn_then_build(*args):
+        logging.getLogger("fedwear").warning("subject s03: 1 recording is empty")
+        return real(*args)
+
+    fedwear.data._build = warn_then_build
+    try:
+        load_federated(cfg, 0)
+    finally:
+        fedwear.data._build = real
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fedwear"):
+        load_federated(cfg, 0)  # from the cache
+    assert "subject s03: 1 recording is empty" in caplog.text
+
+
+# --- grids and resume ------------------------------------------------------------------------
+
+
+def test_a_grid_restarts_only_the_runs_with_nothing_to_resume(tmp_path):
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(tiny_config(checkpoint_every=10)))
+    root = tmp_path / "cmp"
+    args = ["compare", str(cfg_path), "--methods", "fedavg,local", "--seeds", "0", "--out", str(root), "--quiet"]
+    assert cli(*args).returncode == 0
+    finished = (root / "fedavg-s0" / "metrics.csv").stat().st_mtime_ns
+    cut = root / "local-s0"
+    with pytest.raises(KeyboardInterrupt):  # stopped before its first checkpoint (round 10)
+        fedwear.run(fedwear.config.load_config(cfg_path, ["method=local"]), cut, overwrite=True,
+                    callbacks=[Interrupt(after=2)])
+    assert not (cut / CHECKPOINT).exists()
+    res = cli(*args, "--jobs", "2")  # another --jobs (threads) is the same comparison
+    assert res.returncode == 0, res.stderr
+    assert "stopped before its first checkpoint: starting it again" in (cut / "run.log").read_text()
+    assert (root / "fedavg-s0" / "metrics.csv").stat().st_mtime_ns == finished
+    assert json.loads((cut / "summary.json").read_text())["versions"]["jobs"] == 2
+
+
+def test_threads_stay_out_of_the_config_hash():
+    assert tiny_config(threads=1).hash() == tiny_config(threads=2).hash() == tiny_config(threads="null").hash()
+    assert tiny_config(threads=1).hash(with_threads=True) != tiny_config(threads=2).hash(with_threads=True)
+
+
+def test_a_torn_last_line_is_dropped_on_resume(tmp_path):
+    cfg = tiny_config(rounds=4)
+    full = fedwear.run(cfg, tmp_path / "full")
+    out = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, out, callbacks=[Interrupt(after=2)])
+    for name in ("metrics.csv", "rounds.csv", "timing.csv"):
+        with (out / name).open("a") as f:
+            f.write("1")  # a kill in the middle of the next line
+    fedwear.run(cfg, out, resume=True)
+    for name in ("metrics.csv", "rounds.csv"):
+        assert (out / name).read_bytes() == (full.out_dir / name).read_bytes()
