@@ -7,13 +7,17 @@ shared data (users 1 and 2 of UCI HAPT); nothing is fetched from the internet.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fnmatch
 import gzip
 import importlib
 import io
 import logging
+import os
 import re
+import shutil
 import socket
+import tarfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -184,6 +188,97 @@ def test_server_down_one_line(tmp_path: Path) -> None:
     line = one_error_line(res.stderr)
     assert f"cannot download {url}" in line and "RawData/" in line and dl.REGISTRY["uci_hapt"].url in line
     assert list(tmp_path.iterdir()) == []
+
+
+def make_tar(files: dict[str, bytes], mode: str = "w:gz", prefix: str = "HAPT Data Set/") -> bytes:
+    """A tar archive (gzip-compressed with the default ``mode``) of ``files`` under ``prefix``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as tf:
+        for rel, data in files.items():
+            info = tarfile.TarInfo(prefix + rel)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_tar_archives_are_unpacked(server, hapt_files, tmp_path: Path, mode: str) -> None:
+    url = serve(server, f"hapt.{mode}.tar", make_tar(hapt_files, mode))
+    done = dl.download(SUBSET, tmp_path / "hapt", url, quiet=True)
+    assert done.fresh and done.report.ok
+
+
+NOISE = np.random.default_rng(0).bytes(50_000)  # does not compress: no bomb, just a damaged archive
+
+
+@pytest.mark.parametrize("data, said", [
+    (make_tar({"a.txt": NOISE})[:20_000], "is not a readable tar.gz archive"),  # cut short
+    (make_zip({"a.txt": NOISE})[:-30], "is not a readable zip archive"),
+    (b"<!DOCTYPE html><html>Not found</html>", "is neither a zip nor a tar archive"),
+], ids=["truncated-tar.gz", "truncated-zip", "html"])
+def test_an_unreadable_archive_is_named_for_what_it_is(server, tmp_path: Path, data: bytes, said: str) -> None:
+    """A damaged tar.gz used to be called 'not a readable zip archive'."""
+    url = serve(server, "broken", data)
+    with pytest.raises(DataError, match=re.escape(f"{url} {said}")):
+        dl.download(SUBSET, tmp_path / "hapt", url, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("pack", [
+    lambda files: make_zip_deflated(files),
+    lambda files: make_tar(files),
+    lambda files: make_zip({"inner.zip": make_zip_deflated(files)}, prefix=""),
+], ids=["zip", "tar.gz", "zip-in-zip"])
+def test_a_zip_bomb_is_refused_before_it_is_written(server, tmp_path: Path, monkeypatch, pack) -> None:
+    """8 MB of zeros packs into a few KB: over MAX_RATIO times the download, so it is refused,
+    and no member file is written past the cap."""
+    url = serve(server, "bomb", pack({"RawData/labels.txt": bytes(8 << 20)}))
+    written = []  # the files unpacking writes (shutil.copyfileobj is how zipfile and tarfile write them)
+    real = shutil.copyfileobj
+    monkeypatch.setattr(shutil, "copyfileobj", lambda a, b, *k: written.append(getattr(b, "name", "")) or real(a, b, *k))
+    with pytest.raises(DataError, match=r"unpacks to more than [\d,]+ bytes, 100 times the [\d,]+ bytes downloaded: "
+                                        "refused as a zip bomb"):
+        dl.download(SUBSET, tmp_path / "hapt", url, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+    assert not [name for name in written if str(name).endswith("labels.txt")]  # the inner zip at most
+
+
+def make_zip_deflated(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for rel, data in files.items():
+            zf.writestr("HAPT Data Set/" + rel, data)
+    return buf.getvalue()
+
+
+class FullDisk(io.FileIO):
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("when", ["download", "unpack"])
+def test_a_full_disk_is_named(hapt_files, tmp_path: Path, monkeypatch, when: str) -> None:
+    """A full disk used to say 'cannot download' (while fetching) or 'not a readable zip
+    archive' (while unpacking)."""
+    monkeypatch.setitem(dl.REGISTRY, "uci_hapt", SUBSET)
+    archive = tmp_path / "hapt.zip"  # a file:// URL: no server thread to complain on stderr when cut off
+    archive.write_bytes(make_zip(hapt_files))
+    url = archive.as_uri()
+    target = tmp_path / "data" / "hapt"
+    if when == "download":
+        real_open = Path.open
+        monkeypatch.setattr(Path, "open", lambda self, mode="r", *a, **k: FullDisk(str(self), "wb")
+                            if self.name == "archive" and "w" in mode else real_open(self, mode, *a, **k))
+    else:
+        def extractall(self, *args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "data" / "x"))
+
+        monkeypatch.setattr(zipfile.ZipFile, "extractall", extractall)
+    res = CliRunner().invoke(app, ["data", "download", "uci_hapt", "--root", str(target), "--url", url, "--quiet"])
+    assert res.exit_code == 2
+    assert one_error_line(res.stderr) == (f"error: cannot write {target.parent}: No space left on device (errno 28): "
+                                          "free some space or choose another --root (nothing was installed)")
+    assert list(target.parent.iterdir()) == []
 
 
 def test_verify_reports_each_problem(hapt_files, tmp_path: Path, monkeypatch) -> None:

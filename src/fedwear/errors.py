@@ -1,5 +1,12 @@
 """User-facing errors: the CLI prints their message as one line, without a traceback."""
 
+import errno
+
+#: ``OSError.errno`` values of a full disk and of a folder one may not write to: the user's file
+#: system, not fedwear, so they are reported in one line (the CLI, downloads), never as a bug.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+NO_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
 
 class FedwearError(Exception):
     """A mistake in the user's input (config, data, options) with a message saying what to do."""

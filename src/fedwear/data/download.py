@@ -32,7 +32,10 @@ inside the zip), verifies every file against the manifest and only then renames 
 place, so a failed download never leaves a half-written dataset behind.
 
 Archives are zip files, a zip inside a zip, or tar archives (WISDM's ``.tar.gz``, extracted with
-the ``data`` filter: no absolute paths, links or devices).
+the ``data`` filter: no absolute paths, links or devices), told apart by their first bytes, so an
+unreadable one is named for what it is ("not a readable tar.gz archive"). Unpacking is capped at
+:data:`MAX_RATIO` times the bytes downloaded (:class:`Budget`): a zip bomb is refused before it
+fills the disk. A full disk or a folder one may not write to is named as such, with its path.
 
 Sources: UCI HAPT, J.-L. Reyes-Ortiz, L. Oneto, A. Samà, X. Parra, D. Anguita, Neurocomputing 171
 (2016) 754-767, https://archive.ics.uci.edu/dataset/341 (CC BY 4.0); USC-HAD, M. Zhang and
@@ -58,10 +61,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from fedwear.errors import DataError
+from fedwear.errors import NO_ACCESS, NO_SPACE, DataError
 
 CHUNK = 1 << 20  # bytes per read while downloading and hashing
 TIMEOUT = 60.0  # seconds without data before a download is abandoned
+#: The most an archive may unpack to, as a multiple of the bytes downloaded. Sensor recordings
+#: (text, MAT files) compress 1-10x, a zip bomb 1,000x and more (deflate's limit is about 1,032x).
+MAX_RATIO = 100
 
 
 @dataclass(frozen=True)
@@ -450,7 +456,8 @@ def by_hand(src: Source, target: Path) -> str:
 def fetch(url: str, dest: Path, label: str, quiet: bool = False) -> tuple[str, int]:
     """Stream ``url`` into ``dest`` with a progress bar on stderr; returns (sha256, bytes).
 
-    Network and HTTP failures raise :class:`OSError`-family or ``http.client`` errors."""
+    Network and HTTP failures raise :class:`OSError`-family or ``http.client`` errors; a failed
+    write into ``dest`` (a full disk) raises :class:`NoRoom`, so it is not taken for the network."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -469,28 +476,94 @@ def fetch(url: str, dest: Path, label: str, quiet: bool = False) -> tuple[str, i
                TransferSpeedColumn(), TimeRemainingColumn())  # fmt: skip
     with (
         urllib.request.urlopen(req, timeout=TIMEOUT) as resp,
-        dest.open("wb") as out,
+        dest.open("wb", buffering=0) as out,  # unbuffered: a full disk fails in write, below
         Progress(*columns, console=Console(stderr=True), disable=quiet) as bar,
     ):
         length = resp.headers.get("Content-Length")
         task = bar.add_task(label, total=int(length) if length and length.isdigit() else None)
         while chunk := resp.read(CHUNK):
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                raise NoRoom(exc) from None
             h.update(chunk)
             n += len(chunk)
             bar.advance(task, len(chunk))
     return h.hexdigest(), n
 
 
-def unzip(archive: Path, dest: Path) -> None:
+class NoRoom(Exception):
+    """Writing the download or its unpacked files failed for want of space or write access."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(f"{exc.strerror or exc} (errno {exc.errno})")
+
+
+class Unreadable(Exception):
+    """An archive that cannot be unpacked; the message says what it is, e.g. ``is not a readable
+    tar.gz archive (...)``, to follow the URL or file name."""
+
+
+@dataclass
+class Budget:
+    """What a download's archives may still unpack to, nested archives included: :data:`MAX_RATIO`
+    times the bytes downloaded. A zip's members are checked by their declared sizes before one
+    is written (``zipfile`` never inflates a member past its declared size), a tar's as each
+    streams out, so a zip bomb is refused before it fills the disk."""
+
+    left: int
+    downloaded: int
+
+    def take(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise Unreadable(
+                f"unpacks to more than {self.downloaded * MAX_RATIO:,} bytes, {MAX_RATIO} times the "
+                f"{self.downloaded:,} bytes downloaded: refused as a zip bomb (no dataset archive expands "
+                "that much)"
+            )
+
+
+def archive_kind(path: Path) -> str:
+    """What ``path`` holds, by its first bytes: ``zip``, ``tar``, ``tar.gz``, ``tar.bz2``,
+    ``tar.xz``, or ``unknown`` (an HTML error page, say)."""
+    with path.open("rb") as fh:
+        head = fh.read(262)
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or zipfile.is_zipfile(path):
+        return "zip"
+    for magic, kind in ((b"\x1f\x8b", "tar.gz"), (b"BZh", "tar.bz2"), (b"\xfd7zXZ\x00", "tar.xz")):
+        if head.startswith(magic):
+            return kind
+    return "tar" if head[257:262] == b"ustar" or tarfile.is_tarfile(path) else "unknown"
+
+
+def unzip(archive: Path, dest: Path, budget: Budget) -> None:
     """Extract ``archive`` into ``dest``: a zip (``zipfile`` drops absolute and ``..`` member
-    paths) or a tar archive (``tarfile``'s ``data`` filter refuses unsafe members)."""
-    if not zipfile.is_zipfile(archive) and tarfile.is_tarfile(archive):
-        with tarfile.open(archive) as tf:
-            tf.extractall(dest, filter="data")
-        return
-    with zipfile.ZipFile(archive) as zf:
-        zf.extractall(dest)
+    paths) or a tar archive, compressed or not (``tarfile``'s ``data`` filter refuses unsafe
+    members), within ``budget``. Raises :class:`Unreadable` for an archive that is neither or is
+    damaged, :class:`NoRoom` when the disk is full or ``dest`` not writable."""
+    kind = archive_kind(archive)
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(archive) as zf:
+                budget.take(sum(info.file_size for info in zf.infolist()))
+                zf.extractall(dest)
+        elif kind.startswith("tar"):
+
+            def admit(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+                budget.take(member.size)
+                return tarfile.data_filter(member, path)
+
+            with tarfile.open(archive) as tf:
+                tf.extractall(dest, filter=admit)
+        else:
+            raise Unreadable("is neither a zip nor a tar archive (by its first bytes)")
+    except OSError as exc:
+        if exc.errno in NO_SPACE | NO_ACCESS:
+            raise NoRoom(exc) from None
+        raise Unreadable(f"is not a readable {kind} archive ({_reason(exc)})") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, zlib.error) as exc:
+        raise Unreadable(f"is not a readable {kind} archive ({_reason(exc)})") from None
 
 
 def _holds(d: Path, marker: str) -> bool:
@@ -500,9 +573,10 @@ def _holds(d: Path, marker: str) -> bool:
     return (d / marker).is_file() or (d / f"{marker}.gz").is_file()
 
 
-def locate(src: Source, folder: Path, depth: int = 2) -> Path | None:
+def locate(src: Source, folder: Path, budget: Budget, depth: int = 2) -> Path | None:
     """The shallowest folder under ``folder`` holding ``src.marker`` (or ``.gz``). When there is
-    none, zips inside ``folder`` are unpacked next to themselves and searched, ``depth`` times."""
+    none, zips inside ``folder`` are unpacked next to themselves (within ``budget``) and
+    searched, ``depth`` times."""
     dirs = sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
     for d in [folder, *dirs]:
         if _holds(d, src.marker):
@@ -511,9 +585,12 @@ def locate(src: Source, folder: Path, depth: int = 2) -> Path | None:
     if depth == 0 or not inner:
         return None
     for z in inner:
-        unzip(z, z.with_name(f"{z.stem}.unzipped"))
+        try:
+            unzip(z, z.with_name(f"{z.stem}.unzipped"), budget)
+        except Unreadable as exc:
+            raise Unreadable(f"holds {z.relative_to(folder)}, which {exc}") from None
         z.unlink()
-    return locate(src, folder, depth - 1)
+    return locate(src, folder, budget, depth - 1)
 
 
 def download(
@@ -550,13 +627,17 @@ def download(
         raise DataError(
             f"cannot write to {target.parent} ({exc.strerror}): choose another --root"
         ) from exc
+    no_room = (f"cannot write {target.parent}: {{}}: free some space or choose another --root "
+               "(nothing was installed)")
     try:
-        archive = staging / "archive.zip"
+        archive = staging / "archive"
         fetched = []
         for k, link in enumerate([url, *(extra_urls or src.extra)]):
-            part = archive if k == 0 else staging / f"extra{k}.zip"
+            part = archive if k == 0 else staging / f"extra{k}"
             try:
                 fetched.append((link, *fetch(link, part, f"{src.name}", quiet)))
+            except NoRoom as exc:
+                raise DataError(no_room.format(exc)) from None
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 raise DataError(
                     f"cannot download {link} ({_reason(exc)}); {by_hand(src, target)}"
@@ -571,20 +652,24 @@ def download(
                 f"unpacked; {by_hand(src, target)}"
             )
         unpacked = staging / "unpacked"
+        total = sum(n for _, _, n in fetched)
+        budget = Budget(MAX_RATIO * total, total)
         try:
-            unzip(archive, unpacked)
-            archive.unlink()
-            for k in range(1, len(fetched)):
-                extra = staging / f"extra{k}.zip"
-                unzip(extra, unpacked)
-                extra.unlink()
-            found = locate(src, unpacked)
-        except (
-            zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, OSError, EOFError, zlib.error,
-        ) as exc:  # fmt: skip
-            raise DataError(
-                f"{url} is not a readable zip archive ({_reason(exc)}); {by_hand(src, target)}"
-            ) from None
+            for k, (link, _, _) in enumerate(fetched):
+                part = archive if k == 0 else staging / f"extra{k}"
+                try:
+                    unzip(part, unpacked, budget)
+                except Unreadable as exc:
+                    raise Unreadable(f"{link} {exc}") from None
+                part.unlink()
+            try:
+                found = locate(src, unpacked, budget)
+            except Unreadable as exc:
+                raise Unreadable(f"{url} {exc}") from None
+        except NoRoom as exc:
+            raise DataError(no_room.format(exc)) from None
+        except Unreadable as exc:
+            raise DataError(f"{exc}; {by_hand(src, target)}") from None
         if found is None:
             raise DataError(f"{url}: no {src.marker} in the archive; {by_hand(src, target)}")
         report = verify(src, found, manifest)
