@@ -239,6 +239,9 @@ def roster_from_nodes(info: dict[str, dict]) -> Roster:
         window=window, channels=channels, num_classes=classes, kind=task_kind, target=(shift, scale),
         classes={c: tuple(int(k) for k in info[c].get("classes", []) if k >= 0) for c in ids
                  if task_kind == "classification"},
+        # what each training node reported at the query: the most its replies may weigh
+        train_sizes={c: info[c]["num_train"] for c in ids
+                     if info[c]["trains"] and isinstance(info[c].get("num_train"), int)},
     )
 
 
