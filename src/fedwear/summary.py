@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from fedwear.config import METRICS, RunConfig
+from fedwear.config import METRICS, RunConfig, task_kind
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, client_weights, summarize
 from fedwear.version import library_versions
 
@@ -86,8 +86,34 @@ def _stats_at(agg: pd.DataFrame, round: int) -> dict[str, dict[str, dict[str, fl
     return out
 
 
+def coverage(metrics: pd.DataFrame, at: dict[str, int]) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """For each view of ``at`` (view -> round): how many clients its test-split values there
+    cover, and which clients are missing: those with a test row of that view in another
+    evaluated round of the run but none in that one (a client that dropped out, a node that died).
+
+    Every evaluated round evaluates every client, so a client seen once should be in each; the
+    means in ``final``/``best`` are over the clients present, and the missing ones are named so
+    that a mean over fewer clients is never taken for one over all of them."""
+    test = metrics[metrics["split"] == "test"]
+    clients = test["client"].astype(str)
+    counts: dict[str, int] = {}
+    missing: dict[str, list[str]] = {}
+    for view, r in sorted(at.items()):
+        of_view = test["view"] == view
+        present = set(clients[of_view & (test["round"] == r)])
+        counts[view] = len(present)
+        gone = sorted(set(clients[of_view]) - present)
+        if gone:
+            missing[view] = gone
+    return counts, missing
+
+
 def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, wall_time_s: float,
                   version: str) -> dict:
+    """summary.json's content. ``final`` and ``best`` are over the clients with rows in that
+    round; ``n_clients`` says how many those are per view and ``missing`` names the clients
+    evaluated in other rounds that have none there (:func:`coverage`); ``task`` picks the
+    metrics a table shows when no round was evaluated."""
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)
     evaluated = sorted(agg["round"].unique().tolist())
@@ -112,6 +138,9 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         value = sel[ev.best_statistic]
         hit = sel[value <= target] if tm in LOWER_IS_BETTER else sel[value >= target]
         rounds_to_target[key] = int(hit["round"].min()) if len(hit) else None
+    views = sorted(set(metrics.loc[metrics["split"] == "test", "view"]))
+    final_n, final_missing = coverage(metrics, {v: final_round for v in views} if final_round is not None else {})
+    best_n, best_missing = coverage(metrics, best_rounds)
     extra = {}
     if ev.best_statistic == "per_client":
         extra["per_client_best"] = per_client_best(metrics, ev.best_metric, ev.best_split)
@@ -125,6 +154,9 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         "final_round": final_round,
         "final_stats": _stats_at(agg, final_round) if final_round is not None else {},
         "best_stats": best_stats,
+        "n_clients": {"final": final_n, "best": best_n},
+        "missing": {"final": final_missing, "best": best_missing},
+        "task": task_kind(cfg),
         "client_weights": ev.client_weights,
         "rounds_to_target": rounds_to_target,
         "bytes_up": int(rounds["bytes_up"].sum()) if len(rounds) else 0,
@@ -141,7 +173,9 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         "config_hash": cfg.hash(),
         "metric_notes": f"final/best: weighted mean over clients (weights: {ev.client_weights} windows); "
         "*_stats add the unweighted mean, population std over clients and the mean of the worst decile "
-        "of clients (the lowest scores; the highest errors for mse, mae, mape, loss)",
+        "of clients (the lowest scores; the highest errors for mse, mae, mape, loss); all over the "
+        "clients with a row in that round (n_clients per view); missing: clients evaluated in other "
+        "rounds with no row in that one, left out of its means",
         "bytes_notes": "bytes_*: training messages (array payloads); eval_bytes_down: each evaluated "
         "client's message plus the global model; eval_bytes_up: 8 bytes per reported metric value",
         **extra,
@@ -164,4 +198,4 @@ def _best_rule(cfg: RunConfig) -> str:
     return text
 
 
-__all__ = ["aggregate_metrics", "build_summary"]
+__all__ = ["aggregate_metrics", "build_summary", "coverage"]

@@ -42,23 +42,51 @@ def over_clients(weights: str) -> str:
 
 
 def summary_table(summary: dict) -> str:
-    """Markdown table of one run's final round: per view and metric, the sample-weighted mean over
-    clients on the test split (``summary["final"]``), classification in %, regression in the
-    units of heart rate (:data:`~fedwear.report.units.REGRESSION_NOTE`), under a caption that
-    says so."""
-    metrics = task_metrics(list(summary["final"].values()))
-    lines = ["| view | " + " | ".join(LABEL[m] for m in metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
-    for view in ordered_views(summary["final"]):
-        vals = summary["final"].get(view)
-        if vals:
-            cells = [fmt(m, vals.get(m)) for m in metrics]
+    """Markdown table of one run's final round: per view, the number of clients ``n`` its values
+    cover and per metric the sample-weighted mean over them on the test split
+    (``summary["final"]``), classification in %, regression in the units of heart rate
+    (:data:`~fedwear.report.units.REGRESSION_NOTE`), under a caption that says so; below it, the
+    clients missing from the final (or a best) round, whom those means leave out. A run that
+    evaluated no round gets one line saying so."""
+    final = summary["final"]
+    kind = summary.get("task")  # absent from the summaries of older runs: read off the values
+    metrics = KIND_METRICS[kind] if kind in KIND_METRICS else task_metrics(list(final.values()))
+    if summary.get("final_round") is None:
+        names = ", ".join(LABEL[m] for m in metrics)
+        return f"no round was evaluated: no test-split {names} to show"
+    counts = summary.get("n_clients", {}).get("final")  # older summaries: no n column
+    missing = summary.get("missing", {})
+    gone = missing.get("final", {})
+    head = ["view", *(["n"] if counts is not None else []), *(LABEL[m] for m in metrics)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for view in ordered_views([*final, *gone]):
+        vals = final.get(view) or {}
+        if vals or view in gone:
+            n = [str(counts.get(view, 0))] if counts is not None else []
+            cells = [*n, *(fmt(m, vals.get(m)) for m in metrics)]
             lines.append(f"| {view} | " + " | ".join(cells) + " |")
     unit = "in %" if in_percent(metrics) else REGRESSION_NOTE
     caption = (
         f"final round {summary['final_round']}, test split: "
         f"{over_clients(summary.get('client_weights', 'test'))}, {unit}"
     )
-    return caption + "\n" + "\n".join(lines)
+    notes = []
+    if gone:
+        notes.append(f"missing from round {summary['final_round']} (evaluated in other rounds; "
+                     "the means are over the others): " + _named(gone))
+    rounds = summary.get("best_rounds", {})
+    best = {v: ids for v, ids in missing.get("best", {}).items()  # a best round that is the final one: above
+            if rounds.get(v) != summary["final_round"]}
+    if best:
+        notes.append("missing from the best round: " + _named(best, rounds))
+    return "\n".join([caption, *lines, *notes])
+
+
+def _named(missing: dict[str, list[str]], rounds: dict[str, int] | None = None) -> str:
+    """``view: a, b; view2 (round 3): c`` in table order (with each view's round when given)."""
+    rounds = rounds or {}
+    return "; ".join(f"{v}{f' (round {rounds[v]})' if v in rounds else ''}: {', '.join(missing[v])}"
+                     for v in ordered_views(missing))
 
 
 def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig) -> tuple[str, pd.DataFrame]:
