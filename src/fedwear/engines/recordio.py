@@ -11,12 +11,14 @@ dtypes, shapes and memory order of arrays (0-d arrays included), the Python type
 tag: numpy scalars with their dtype and bytes, non-finite floats with their bits, tuples) and key
 order. Array members are named by their place in the tree, ``server/<array>`` and
 ``clients/<client>/<array>`` for a checkpoint (``%`` and ``/`` inside a name are written ``%25``
-and ``%2F``), so ``np.load`` shows where each comes from. The bytes depend on the content only
+and ``%2F``), so ``np.load`` shows where each comes from; arrays of at most :data:`INLINE` bytes
+are in ``meta.json`` instead (dtype, shape, memory order, base64 bytes). The bytes depend on the content only
 (members dated 1980-01-01): the disk store names each state file by its digest.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
@@ -37,6 +39,10 @@ META = "meta.json"
 #: Bumped when the layout changes; a file of another version is refused.
 FORMAT = 1
 _DATE = (1980, 1, 1, 0, 0, 0)
+#: Arrays of at most this many bytes (biases, optimiser step counts, 0-d arrays) go into the JSON,
+#: base64: a ``.npy`` member costs about 300 bytes of headers, more than most of them hold.
+INLINE = 256
+_INLINE_KINDS = "biufc"
 #: numpy scalar kinds stored as dtype + bytes: bool, ints, floats, complex, datetimes, strings.
 _SCALAR_KINDS = "biufcmMSU"
 #: What a broken or foreign file raises while it is parsed.
@@ -65,19 +71,20 @@ def _encode(value: object, path: tuple[str, ...], arrays: dict[str, np.ndarray])
             raise TypeError(f"{_key(path)}: a numpy scalar of dtype {value.dtype} cannot be stored")
         return {"$np": value.dtype.str, "bytes": value.tobytes().hex()}
     if isinstance(value, np.ndarray):
+        if value.nbytes <= INLINE and value.dtype.kind in _INLINE_KINDS and value.dtype.fields is None:
+            order = "F" if value.flags.f_contiguous and not value.flags.c_contiguous else "C"
+            data = base64.b64encode(value.tobytes(order=order)).decode()
+            return {"$small": [value.dtype.str, list(value.shape), order, data]}
         key = _key(path)
         if key in arrays or key == META:
             raise ValueError(f"two arrays would be stored as {key!r}")
         arrays[key] = value
         return {"$array": None}
     if isinstance(value, Record):
-        names = []
-        for name, a in value.arrays.items():
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"{_key((*path, name))}: a Record's arrays must be numpy arrays, not {type(a).__name__}")
-            _encode(a, (*path, name), arrays)
-            names.append(name)
-        return {"$record": names, "scalars": _encode(dict(value.scalars), path, arrays)}
+        if bad := [n for n, a in value.arrays.items() if not isinstance(a, np.ndarray)]:
+            raise TypeError(f"{_key((*path, bad[0]))}: a Record's arrays must be numpy arrays")
+        return {"$record": {n: _encode(a, (*path, n), arrays) for n, a in value.arrays.items()},
+                "scalars": _encode(dict(value.scalars), path, arrays)}
     if isinstance(value, tuple):
         return {"$tuple": [_encode(v, (*path, str(i)), arrays) for i, v in enumerate(value)]}
     if isinstance(value, list):
@@ -112,16 +119,27 @@ def _decode(value: object, path: tuple[str, ...], arrays: dict[str, np.ndarray],
         return np.frombuffer(data, dtype=dtype)[0]
     if tag == "$array" and len(value) == 1:
         return _array(path, arrays, used)
-    names = value.get("$record")
-    if tag == "$record" and set(value) == {"$record", "scalars"} and isinstance(names, list) \
-            and all(isinstance(n, str) for n in names):
+    if tag == "$small" and len(value) == 1:
+        return _small(path, *value[tag])
+    if tag == "$record" and set(value) == {"$record", "scalars"} and isinstance(value[tag], dict):
+        named = {n: _decode(v, (*path, n), arrays, used) for n, v in value[tag].items()}
         scalars = _decode(value["scalars"], path, arrays, used)
-        if not isinstance(scalars, dict):
-            raise ValueError(f"{_key(path)}: scalars are not a dict")
-        return Record({n: _array((*path, n), arrays, used) for n in names}, scalars)
+        if not isinstance(scalars, dict) or not all(isinstance(a, np.ndarray) for a in named.values()):
+            raise ValueError(f"{_key(path)}: not a record")
+        return Record(named, scalars)
     if tag == "$tuple" and len(value) == 1 and isinstance(value[tag], list):
         return tuple(_decode(v, (*path, str(i)), arrays, used) for i, v in enumerate(value[tag]))
     raise ValueError(f"{_key(path) or 'the root'}: unknown entry {tag!r}")
+
+
+def _small(path: tuple[str, ...], dtype: str, shape: list, order: str, data: str) -> np.ndarray:
+    """An array written into the JSON (see :data:`INLINE`), writeable and in its memory order."""
+    kind = np.dtype(dtype)
+    if kind.kind not in _INLINE_KINDS or kind.fields is not None or order not in ("C", "F") \
+            or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"{_key(path)}: not an array")
+    flat = np.frombuffer(base64.b64decode(data, validate=True), dtype=kind)
+    return flat.reshape(shape, order=order).copy(order=order)
 
 
 def _array(path: tuple[str, ...], arrays: dict[str, np.ndarray], used: set[str]) -> np.ndarray:
