@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedwear.flower_app",),
     ("fedwear.reproduce",),
     ("fedwear.compare", "fedwear.report"),
-    ("fedwear.api", "fedwear.config_reference"),
+    ("fedwear.api", "fedwear.config_reference", "fedwear.upgrade"),
     ("fedwear.rundir", "fedwear.summary"),
     ("fedwear.callbacks", "fedwear.legacy"),
     ("fedwear.engines",),
