@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import typing
 from pathlib import Path
@@ -202,9 +203,14 @@ class RunConfig(Strict):
         return v
 
     def clients_per_round_count(self, n: int) -> int:
+        """How many of the ``n`` training clients train each round. A count above ``n`` is cut to
+        ``n`` with a warning naming both numbers: the run is not the one the config describes."""
         v = self.clients_per_round
         if isinstance(v, float):
             return max(1, min(n, -(-round(v * n * 1e9) // 10**9)))  # ceil, robust to 0.15 * 20
+        if v > n:
+            logging.getLogger("fedwear").warning(
+                "clients_per_round=%d, but there are only %d training clients: every round trains all %d", v, n, n)
         return min(n, v)
 
     def hash(self, *, with_threads: bool = False) -> str:

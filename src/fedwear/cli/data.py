@@ -119,7 +119,7 @@ def data_verify(
 ) -> None:
     """Check a dataset folder: expected files present (X or X.gz), counts, per-file SHA-256 where
     pinned; datasets without pinned hashes (and own data) are read file by file with the loader."""
-    from fedwear.data import DATASETS
+    from fedwear.data import DATASETS, usc_had
     from fedwear.data.download import all_sources, source, verify
 
     try:
@@ -130,6 +130,8 @@ def data_verify(
                        "so no layout or SHA-256 to check")  # fmt: skip
             return
         src = source(name)
+        if name == "usc_had" and (line := usc_had.wrong_root(root)):
+            raise FedwearError(line)
         report = verify(src, root)
     except FedwearError as e:
         fail(e)

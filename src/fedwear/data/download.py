@@ -566,7 +566,7 @@ def unzip(archive: Path, dest: Path, budget: Budget) -> None:
         raise Unreadable(f"is not a readable {kind} archive ({_reason(exc)})") from None
 
 
-def _holds(d: Path, marker: str) -> bool:
+def holds(d: Path, marker: str) -> bool:
     """Whether folder ``d`` holds ``marker`` (or ``marker.gz``); the marker may be a glob."""
     if any(c in marker for c in "*?["):
         return any(p.is_file() for m in (marker, f"{marker}.gz") for p in d.glob(m))
@@ -579,7 +579,7 @@ def locate(src: Source, folder: Path, budget: Budget, depth: int = 2) -> Path | 
     searched, ``depth`` times."""
     dirs = sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
     for d in [folder, *dirs]:
-        if _holds(d, src.marker):
+        if holds(d, src.marker):
             return d
     inner = sorted(p for p in folder.rglob("*.zip") if p.is_file())
     if depth == 0 or not inner:

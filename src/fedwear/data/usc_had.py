@@ -79,6 +79,26 @@ def read_file(path: Path) -> np.ndarray:
     return sig
 
 
+def wrong_root(root: Path) -> str | None:
+    """One line when ``root`` has no ``Subject*/`` folder at all (the wrong folder was given, not a
+    damaged copy: verify would list every file as missing), naming the subject folders found one
+    or two levels down or the dataset the folder looks like; None when there is one."""
+    from fedwear.data.download import all_sources, holds
+
+    if any(d.is_dir() and _SUBJECT.match(d.name) for d in root.iterdir()):
+        return None
+    line = f"{root}: no Subject*/ folders here, so it is not a USC-HAD folder"
+    deeper = sorted({d.parent for pattern in ("*/Subject*", "*/*/Subject*") for d in root.glob(pattern)
+                     if d.is_dir() and _SUBJECT.match(d.name)})
+    if deeper:
+        return f"{line}: they are in {deeper[0]}; pass --root {deeper[0]}"
+    like = next((src for src in all_sources().values() if src.name != NAME and holds(root, src.marker)), None)
+    if like is not None:
+        return (f"{line}; it looks like a {like.title} folder ({like.marker}): "
+                f"'fedwear data verify {like.name} --root {root}' checks it as one")
+    return f"{line}: give --root the folder holding Subject1/ .. Subject14/"
+
+
 def load(cfg: DatasetConfig) -> RawDataset:
     """One Recording per file: subject ``"1"``..``"14"``, session ``"a{act}t{trial}"``."""
     root = require_root(cfg, TITLE)

@@ -141,6 +141,6 @@ def train_together(
                 w[n] = torch.where(active.view(-1, *[1] * (g.dim() - 1)), w[n] - lr * g, w[n])
     return [
         ClientResult({n: w[n][k] for n in names}, {n: buf[n][k] for n in names} if momentum else {},
-                     float(total[k]) / max(counts[k], 1))
+                     float(total[k]) / counts[k] if counts[k] else float("nan"))
         for k in range(len(jobs))
     ]

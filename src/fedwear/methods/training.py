@@ -133,7 +133,8 @@ def train_epochs(
     client with fewer windows than one batch then takes no step, though ``after_epoch`` still
     runs each epoch). ``before_step`` runs after backward (and clipping), ``after_step`` after
     each optimiser step, ``after_epoch`` after each epoch. Returns the mean loss over the steps;
-    NaN when ``drop_last`` left no step (0.0 without it, as before)."""
+    NaN ("no training loss") when no step was taken: ``epochs=0``, no train window, or
+    ``drop_last`` with fewer windows than one batch."""
     model.train()
     params = [p for g in optimizer.param_groups for p in g["params"]]
     n = len(y)
@@ -157,9 +158,7 @@ def train_epochs(
             steps += 1
         if after_epoch is not None:
             after_epoch()
-    if drop_last and not steps:
-        return float("nan")
-    return total / max(steps, 1)
+    return total / steps if steps else float("nan")
 
 
 def weighted_mean(replies: Iterable[Record], keys: Iterable[str], weight: str = "num_examples") -> dict[str, np.ndarray]:
