@@ -251,7 +251,7 @@ def test_hhar_corrected_alignment(tmp_path: Path) -> None:
     assert (r.labels == 5).sum() >= 190 and r.labels[-1] == UNLABELLED  # bike, then null
     with pytest.raises(ConfigError, match="recordings at 100, 200 Hz: set dataset.rate_hz"):
         load_federated(cfg("hhar", root, window=32), 0)
-    c = cfg("hhar", root, preset="fedali", split="time", purge=True)
+    c = cfg("hhar", root, preset="fedali", split="stratified", purge=False)  # too short for a time split
     assert c.client_by == ["subject", "device"] and c.normalize_group == ["device"]
     fd = load_federated(c, 0)
     assert fd.rate_hz == 50.0 and [x.client_id for x in fd.clients] == [
@@ -341,7 +341,7 @@ def test_realworld_format(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
     t = np.arange(len(r.labels)) / 50.0 + 0.007
     assert np.allclose(r.signal[:, :3], acc_f(t), atol=2e-3)
     assert np.allclose(r.signal[:, 3:], gyr_f(t), atol=5e-3)
-    c = cfg("realworld", root, preset="fedali", split="time", purge=True)
+    c = cfg("realworld", root, preset="fedali", split="stratified", purge=False)  # too short for a time split
     fd = load_federated(c, 0)
     assert [x.client_id for x in fd.clients] == ["s01-chest", "s01-forearm", "s02-chest", "s02-forearm"]
     assert set(fd.info["normalize"]["groups"]) == {"device=phone", "device=watch"}
@@ -533,12 +533,12 @@ def test_damage_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
     stops with one line naming it."""
     root = write_pamap2(tmp_path / "p", seconds=3.0)
     with caplog.at_level(logging.WARNING, logger="fedwear"):
-        load_federated(cfg("pamap2", root, window=128, stride=128, min_windows=1), 0)
+        load_federated(cfg("pamap2", root, window=128, stride=128, min_windows=1, split="stratified"), 0)
     msgs = warnings_of(caplog)
     assert any("client(s) have no window of some classes" in m and "s102 (lying" in m for m in msgs), msgs
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="fedwear"):  # user 7's jogging has 79 records
-        load_federated(cfg("wisdm_ar", write_wisdm(tmp_path / "w"), window=80, min_windows=1), 0)
+        load_federated(cfg("wisdm_ar", write_wisdm(tmp_path / "w"), window=80, min_windows=1, split="stratified"), 0)
     assert any("1 recording(s) shorter than one window of 80 samples give no window: subject 7 r0 (79 samples)"
                in m for m in warnings_of(caplog)), warnings_of(caplog)
     (root / "Protocol/subject101.dat").write_bytes(b"\x00\x01garbage\n")

@@ -152,7 +152,8 @@ class Peak(Callback):
 def test_disk_store_holds_at_most_a_rounds_clients_in_memory(tmp_path, kind):
     cfg = tiny_config(rounds=4, clients_per_round=5, local_epochs=1, client_states=kind, checkpoint_every=2,
                       **{"optimizer.persist": True, "dataset.synthetic.num_subjects": 302,
-                         "dataset.synthetic.seconds_per_class": 2, "evaluation.every": 4,
+                         "dataset.synthetic.seconds_per_class": 2, "dataset.split": "stratified",
+                         "evaluation.every": 4,
                          "evaluation.views": "[personalized]", "evaluation.adapt_epochs": 0})
     peak = Peak()
     fedwear.run(cfg, tmp_path, callbacks=[peak])

@@ -40,7 +40,7 @@ from fedwear.data.config import DatasetConfig
 from fedwear.data.forecast import forecast_clients
 from fedwear.data.partition import assemble, natural
 from fedwear.data.preprocess import preprocess, require_root, resample, select, short_recordings
-from fedwear.data.types import UNLABELLED, FederatedData, RawDataset
+from fedwear.data.types import UNLABELLED, ClientData, FederatedData, RawDataset
 from fedwear.errors import ConfigError, DataError
 
 __all__ = [
@@ -165,6 +165,7 @@ def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
     proc, windows, rate = preprocess(raw, cfg)
     _warn_damage(proc, windows, cfg)
     clients, new, info = assemble(windows, proc.recordings, cfg, seed)
+    _check_splits(proc.name, clients, new, info, cfg)
     info.update(
         native_rate_hz=native,
         stride=cfg.stride or cfg.window,
@@ -228,6 +229,40 @@ def _warn_damage(proc: RawDataset, windows: object, cfg: DatasetConfig) -> None:
             "%s: %d client(s) have no window of some classes that others have: %s",
             proc.name, len(lacking), _names(lacking),
         )
+
+
+def _check_splits(
+    name: str, clients: list[ClientData], new: list[ClientData], info: dict[str, object], cfg: DatasetConfig
+) -> None:
+    """Warnings naming the clients ``dataset.min_windows`` left out and the clients without test
+    windows (every view leaves them out), and a DataError when no client has a test window: the
+    run would evaluate nothing and print n/a everywhere, as if it had finished normally."""
+    dropped = list(info["dropped_clients"])  # type: ignore[call-overload]
+    if dropped:
+        log.warning(
+            "%s: %d client(s) have fewer than dataset.min_windows=%d train windows after the split "
+            "and are left out: %s", name, len(dropped), cfg.min_windows, _names(dropped),
+        )
+    every = clients + new
+    empty = [c.client_id for c in every if not len(c.test)]
+    if not empty:
+        return
+    why = (
+        "the time split tests on the last test_fraction of each class's windows, less those within "
+        "one window of the last train window: record longer, lower dataset.window, raise "
+        "dataset.test_fraction or set dataset.split=stratified"
+        if cfg.split == "time"
+        else "lower dataset.window, raise dataset.test_fraction, set dataset.stride to dataset.window "
+        "(test windows overlapping a train window are purged) or give those clients more data"
+    )
+    what = (
+        f"{name}: {len(empty)} of {len(every)} client(s) have no test windows after the {cfg.split} "
+        f"split (test_fraction {cfg.test_fraction:g}, window {cfg.window}, stride {cfg.stride or cfg.window}): "
+        f"{_names(empty)}"
+    )
+    if len(empty) == len(every):
+        raise DataError(f"{what}; nothing could be evaluated: {why}")
+    log.warning("%s; every view leaves them out: %s", what, why)
 
 
 def _forecasting(raw: RawDataset, cfg: DatasetConfig, seed: int, native: float | None) -> FederatedData:

@@ -12,8 +12,10 @@ Columns: the channels (numbers), optionally a label column and a timestamp colum
 the sampling rate, which columns are channels (in that order), where labels come from (a column,
 or one label per file in ``file_labels``), the class list, the label values meaning "no label",
 the units (reported, never converted), how subject (and session, and metadata such as a body
-position) are read from file names, and the timestamp column (seconds; it must increase, and a
-gap longer than ``max_gap_s`` starts a new recording). Everything after loading is the shared
+position) are read from file names, and the timestamp column (seconds; it must increase, its
+median interval must be ``1 / rate_hz`` within 5%, and a gap longer than ``max_gap_s`` starts a
+new recording). Every cell of a channel or timestamp column must be a finite number (channels
+within float32); an error names the file, row and column. Everything after loading is the shared
 pipeline: ``dataset.channels/classes/rate_hz/window/stride``, splits, partitions, presets of
 normalisation. docs/own-data.md is the worked example (convert, describe, verify, run).
 """
@@ -32,13 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedwear.data.config import DatasetConfig
-from fedwear.data.preprocess import (
-    check_finite,
-    prefer_plain,
-    read_bytes,
-    read_failed,
-    require_root,
-)
+from fedwear.data.preprocess import prefer_plain, read_bytes, require_root
 from fedwear.data.types import RESERVED_KEYS, UNLABELLED, RawDataset, Recording
 from fedwear.errors import ConfigError, DataError
 
@@ -82,7 +78,9 @@ class Schema(BaseModel):
         None, description="class names in index order (default: the labels found, sorted)"
     )
     unlabelled: list[str] = Field([""], description="label values that mean 'no label'")
-    timestamp_column: str | None = Field(None, description="time of each sample in seconds")
+    timestamp_column: str | None = Field(
+        None, description="time of each sample in seconds; its median interval must be 1/rate_hz (within 5%)"
+    )
     max_gap_s: float | None = Field(
         None, gt=0, description="a timestamp gap longer than this starts a new recording (default 2 samples)"
     )
@@ -166,11 +164,30 @@ def files_for(cfg: DatasetConfig, root: Path) -> list[Path]:
     return [*data_files(root, schema), path]
 
 
+def _unreadable(path: Path, kind: str, exc: BaseException) -> DataError:
+    """One line for a file the reader cannot parse: own files are written by the user's export,
+    so the fix is to write them again (not to re-download)."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return DataError(f"{path}: cannot read it as {kind} ({what}): write the file again "
+                     "(docs/own-data.md, 1. Convert) or remove it from the folder")  # fmt: skip
+
+
 def read_table(path: Path, columns: list[str]) -> pd.DataFrame:
-    """``columns`` of one file as a DataFrame; DataError naming the file or a missing column."""
+    """``columns`` of one file as a DataFrame (CSV cells as text, an empty cell as ''); a
+    DataError naming the file when it is empty, unreadable or lacks a column."""
+    name = path.name
+    kind = "NPZ" if name.endswith(".npz") else "Parquet" if name.endswith(".parquet") else "CSV"
     try:
-        if path.name.endswith(".npz"):
-            with np.load(io.BytesIO(read_bytes(path)), allow_pickle=False) as z:
+        data = read_bytes(path)
+    except (OSError, EOFError) as exc:
+        raise _unreadable(path, kind, exc) from exc
+    if not data:
+        raise DataError(f"{path}: the file is empty (0 bytes): export it again, or remove it from "
+                        "the folder (or narrow 'files' in the schema)")  # fmt: skip
+    try:
+        if kind == "NPZ":
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 have = list(z.files)
                 missing = [c for c in columns if c not in have]
                 if missing:
@@ -180,28 +197,58 @@ def read_table(path: Path, columns: list[str]) -> pd.DataFrame:
             bad = [c for c, a in arrays.items() if a.ndim != 1 or len(a) != len(arrays[columns[0]])]
             if bad:
                 raise DataError(f"{path}: array {bad[0]!r} is not 1-D of the same length as the others")
-            return pd.DataFrame(arrays)
-        if path.name.endswith(".parquet"):
-            table = pd.read_parquet(io.BytesIO(read_bytes(path)))
+            table = pd.DataFrame(arrays)
+        elif kind == "Parquet":
+            table = pd.read_parquet(io.BytesIO(data))
         else:
-            table = pd.read_csv(io.BytesIO(read_bytes(path)), keep_default_na=False, na_values=[""],
-                                dtype=str)  # fmt: skip
+            table = pd.read_csv(io.BytesIO(data), na_filter=False, dtype=str).fillna("")
     except DataError:
         raise
     except Exception as exc:
-        raise read_failed(path, exc) from exc
+        raise _unreadable(path, kind, exc) from exc
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise DataError(f"{path}: no column {missing[0]!r} (it has {', '.join(map(str, table.columns))}): "
                         "fix the schema's column names or the file")  # fmt: skip
+    if not len(table):
+        raise DataError(f"{path}: the file has columns but no rows: export it again, or remove it "
+                        "from the folder (or narrow 'files' in the schema)")  # fmt: skip
     return table[columns]
 
 
-def _numbers(table: pd.DataFrame, cols: list[str], path: Path) -> np.ndarray:
-    try:
-        return table[cols].apply(pd.to_numeric, errors="raise").to_numpy(np.float64)
-    except (ValueError, TypeError) as exc:
-        raise read_failed(path, exc) from exc
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _cell_problem(value: object, number: float) -> tuple[str, str]:
+    """What is wrong with one cell that gave no usable number, and the fix."""
+    gap = "fill or interpolate it, or remove the row"
+    if value is None or value is pd.NA or (isinstance(value, str) and not value.strip()):
+        return "is empty", gap
+    if np.isnan(number):
+        if isinstance(value, (float, np.floating)) or str(value).strip().lower() in ("nan", "+nan", "-nan"):
+            return "is NaN", gap
+        return f"{str(value).strip()!r} is not a number", "fix the cell, or check the schema's column names"
+    if np.isinf(number):
+        return "is infinite", gap
+    return (f"{number:g} is beyond float32's range (±{FLOAT32_MAX:.3g}), the precision signals are read in",
+            "rescale that channel")  # fmt: skip
+
+
+def _numbers(table: pd.DataFrame, cols: list[str], path: Path, limit: float = np.inf) -> np.ndarray:
+    """``cols`` as float64 numbers; a DataError naming the file, the row and the column of the
+    first cell that is empty, text, NaN, infinite or (channels: ``limit``) too large for float32,
+    since any of them would only fail later, inside training, far from the file."""
+    out = np.empty((len(table), len(cols)), np.float64)
+    for j, c in enumerate(cols):
+        out[:, j] = pd.to_numeric(table[c], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    bad = ~np.isfinite(out) | (np.abs(out) > limit)
+    if not bad.any():
+        return out
+    row, j = (int(k[0]) for k in np.nonzero(bad))
+    more = int(bad.sum()) - 1
+    problem, fix = _cell_problem(table[cols[j]].iloc[row], float(out[row, j]))
+    rest = f" ({more} more such cell(s) in the file)" if more else ""
+    raise DataError(f"{path}: row {row + 1}, column {cols[j]!r}: {problem}{rest}: {fix}")
 
 
 def _label_text(values: pd.Series) -> np.ndarray:
@@ -213,6 +260,22 @@ def _label_text(values: pd.Series) -> np.ndarray:
             return str(int(v))
         return str(v).strip()
     return np.array([one(v) for v in values.tolist()], dtype=object)
+
+
+RATE_TOLERANCE = 0.05
+
+
+def check_rate(dt: np.ndarray, rate_hz: float, path: Path, schema_file: Path) -> None:
+    """DataError when the timestamps' median interval is not ``1 / rate_hz`` within
+    :data:`RATE_TOLERANCE`: a wrong rate_hz would otherwise stretch every window (100 Hz read as
+    50 Hz) or cut a slower file at every sample (each interval longer than the gap)."""
+    if not len(dt):
+        return
+    measured = 1.0 / float(np.median(dt))
+    if abs(measured / rate_hz - 1.0) > RATE_TOLERANCE:
+        raise DataError(f"{path}: timestamps are {measured:.4g} Hz but rate_hz is {rate_hz:g} in {schema_file}: "
+                        "set rate_hz there to the files' rate (or fix the timestamps: seconds, one row "
+                        "per sample)")  # fmt: skip
 
 
 def load(cfg: DatasetConfig) -> RawDataset:
@@ -260,17 +323,13 @@ def load(cfg: DatasetConfig) -> RawDataset:
     index = {n: k for k, n in enumerate(names)}
     recs = []
     for f, m, table, text in parsed:
-        if len(table) == 0:
-            log.warning("own data: %s holds no rows: skipped", f)
-            continue
         unknown = [v for v in text.tolist() if v not in index and v not in unlabelled]
         if unknown:
             row = next(i for i, v in enumerate(text.tolist()) if v == unknown[0])
             raise DataError(f"{f}: row {row + 1}: label {unknown[0]!r} is not one of the classes "
                             f"{', '.join(names)} of {path} nor unlabelled: fix the row or the schema")  # fmt: skip
         labels = np.array([index.get(v, UNLABELLED) for v in text.tolist()], np.int64)
-        sig = _numbers(table, schema.channels, f)
-        check_finite(sig, str(f))
+        sig = _numbers(table, schema.channels, f, limit=FLOAT32_MAX)
         subject = m.group("subject")
         session = m.groupdict().get("session") or _stem(f.name)
         meta = {k: m.group(k) for k in meta_keys if m.group(k) is not None}
@@ -281,6 +340,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
             if (dt <= 0).any():
                 row = int(np.flatnonzero(dt <= 0)[0]) + 2
                 raise DataError(f"{f}: row {row}: timestamp does not increase: sort the file or fix the time")
+            check_rate(dt, schema.rate_hz, f, path)
             gap = schema.max_gap_s or 2.0 / schema.rate_hz
             cut = np.flatnonzero(dt > gap) + 1
             pieces = list(zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(sig)])).tolist(),
