@@ -238,7 +238,7 @@ def test_bad_cells_in_binary_formats(tmp_path: Path) -> None:
     ax = np.zeros(10)
     ax[[2, 5]] = np.nan
     np.savez(root / "s1.npz", ax=ax, ay=np.zeros(10), act=np.array(["a"] * 10))
-    with pytest.raises(DataError, match=r"s1.npz: row 3, column 'ax': is NaN \(1 more such cell\(s\) in the file\)"):
+    with pytest.raises(DataError, match=r"s1.npz: row 3, column 'ax': is NaN \(and 1 more bad cell\(s\) in the file\)"):
         load_raw(own(root))
     (root / "s1.npz").unlink()
     pd.DataFrame({"ax": pd.array([1.0, None], dtype="Float64"), "ay": [0.0, 0.0], "act": ["a", "a"]}

@@ -247,7 +247,7 @@ def _numbers(table: pd.DataFrame, cols: list[str], path: Path, limit: float = np
     row, j = (int(k[0]) for k in np.nonzero(bad))
     more = int(bad.sum()) - 1
     problem, fix = _cell_problem(table[cols[j]].iloc[row], float(out[row, j]))
-    rest = f" ({more} more such cell(s) in the file)" if more else ""
+    rest = f" (and {more} more bad cell(s) in the file)" if more else ""
     raise DataError(f"{path}: row {row + 1}, column {cols[j]!r}: {problem}{rest}: {fix}")
 
 
