@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -153,14 +154,40 @@ def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
     path = cache.cache_path(cfg, cache.cache_key(cfg, seed, files, root))
     hit = cache.load(path)
     if hit is not None:
+        for message in hit.info.get("warnings", []):  # what building it warned about still holds
+            logging.getLogger("fedwear").warning("%s", message)
         return hit
+    with _kept_warnings() as warned:
+        data = _build(cfg, seed)
+    data.info["warnings"] = warned
+    cache.save(path, data)
+    return data
 
+
+@contextmanager
+def _kept_warnings() -> Iterator[list[str]]:
+    """The messages of the warnings fedwear logs meanwhile (kept with a cached dataset, so a
+    run that reads it from the cache warns as the run that built it did)."""
+    warned: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warned.append(record.getMessage())
+
+    handler = Keep(logging.WARNING)
+    logger = logging.getLogger("fedwear")
+    logger.addHandler(handler)
+    try:
+        yield warned
+    finally:
+        logger.removeHandler(handler)
+
+
+def _build(cfg: DatasetConfig, seed: int) -> FederatedData:
     raw = load_raw(cfg)
     native = raw.recordings[0].rate_hz if raw.recordings else None
     if dataset_kind(cfg.name) == "regression":
-        data = _forecasting(raw, cfg, seed, native)
-        cache.save(path, data)
-        return data
+        return _forecasting(raw, cfg, seed, native)
     _check_rates(raw, cfg)
     proc, windows, rate = preprocess(raw, cfg)
     _warn_damage(proc, windows, cfg)
@@ -175,7 +202,7 @@ def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
         recordings=[f"{r.subject}/{r.session}" for r in proc.recordings],
         num_windows=len(windows),
     )
-    data = FederatedData(
+    return FederatedData(
         name=cfg.name,
         clients=clients,
         new_clients=new,
@@ -185,8 +212,6 @@ def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
         window=cfg.window,
         info=info,
     )
-    cache.save(path, data)
-    return data
 
 
 def _check_rates(raw: RawDataset, cfg: DatasetConfig) -> None:
