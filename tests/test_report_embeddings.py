@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -16,7 +17,7 @@ from matplotlib.image import imread
 from typer.testing import CliRunner
 
 import fedwear
-from fedwear.callbacks import load_checkpoint
+from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.cli import app
 from fedwear.methods import Task, build_method
 from fedwear.methods.training import load_arrays
@@ -104,8 +105,10 @@ def test_global_model_embeddings_equal_server_features(compare_dir):
     ckpt = load_checkpoint(run / "checkpoint.npz")
     assert ckpt["round"] == 2
     method = build_method(Task.of(cfg, data))
-    got = body_embeddings(method, ckpt, data.clients, cfg)
-    assert isinstance(got, dict) and list(got) == [c.client_id for c in data.clients]
+    bodies = body_embeddings(method, ckpt, data.clients, cfg)
+    assert not bodies.kept  # FedAvg's evaluation keeps nothing: the checkpoint's model is the scored one
+    got = bodies.z
+    assert list(got) == [c.client_id for c in data.clients]
 
     model = build_method(Task.of(cfg, data)).new_model()  # a model object of its own
     load_arrays(model, ckpt["server"].arrays)
@@ -131,7 +134,7 @@ def test_trained_personal_models_are_the_embeddings_and_a_paused_run_says_why_no
     assert isinstance(paused, str) and "paused run" in paused
     run(cfg, tmp_path / "r", resume=True)
     ckpt = load_checkpoint(tmp_path / "r" / "checkpoint.npz")
-    got = body_embeddings(method, ckpt, data.clients, cfg)
+    got = body_embeddings(method, ckpt, data.clients, cfg).z
     c = data.clients[0]
     model = build_method(Task.of(cfg, data)).new_model()
     load_arrays(model, {k.removeprefix("trained."): v for k, v in ckpt["clients"][c.client_id].arrays.items()})
@@ -192,3 +195,132 @@ def test_missing_dataset_root_is_one_line_error(compare_dir, tmp_path):
     code, _, err = report(run, "--embeddings", "--root", str(tmp_path / "elsewhere"))
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--root" in err and "elsewhere" in err
+
+
+# ---- methods whose evaluation personalizes (Personalized: budgets, a kept state) -------------
+BUDGETED = {
+    "fedreptile": {},
+    "metahar": {"optimizer.name": "adam", "optimizer.lr": 0.001, "batch_size": 16,
+                "method_options.metahar.finetune_epochs": 1, "dataset.drop_classes": 1},
+    "fedmat": {"model.name": "fedmat", "model.options": {"filters": 32, "hidden": 8}, "optimizer.name": "adam",
+               "optimizer.lr": 0.001, "dataset.drop_classes": 1, "batch_size": 16,
+               "dataset.synthetic.channels": 6},
+}
+
+
+def budgeted_config(method: str):
+    """2 rounds, the personalized view only (its budgets' curves are the report's figures)."""
+    return tiny_config(method=method, rounds=2, **BUDGETED[method], **{"evaluation.views": "[personalized]"})
+
+
+def scores(pred, c, cfg, num_classes: int) -> dict[str, float]:
+    """The classification metrics of ``pred`` on ``c``'s test windows, computed apart from the
+    engine's evaluator: own forward pass, a per-client head's logits mapped back to global labels."""
+    from fedwear.engines.client import ABSENT_LOGIT, forward
+    from fedwear.evaluation.metrics import classification_metrics
+    from fedwear.evaluation.predictor import as_predictor
+
+    pred = as_predictor(pred)
+    logits = forward(pred, c.test.x, 7, pred.device).float().numpy()  # batches of 7: not the engine's
+    if pred.classes is not None:
+        full = np.full((len(logits), num_classes), ABSENT_LOGIT, np.float32)
+        full[:, list(pred.classes)] = logits
+        logits = full
+    return classification_metrics(c.test.y, logits, cfg.evaluation.auc)
+
+
+def logged(run_dir: Path, round: int, view: str, client: str) -> dict[str, float]:
+    m = pd.read_csv(run_dir / "metrics.csv")
+    row = m[(m["round"] == round) & (m["view"] == view) & (m["split"] == "test") & (m["client"] == client)]
+    assert len(row) == 1, (round, view, client)
+    return row.iloc[0].to_dict()
+
+
+@pytest.fixture(scope="module")
+def budgeted_dir(tmp_path_factory) -> Path:
+    """Tiny runs of FedReptile and Meta-HAR, whose ``personalize`` returns Personalized."""
+    root = tmp_path_factory.mktemp("emb") / "budgeted"
+    for method in ("fedreptile", "metahar"):
+        fedwear.run(budgeted_config(method), root / f"{method}-s0")
+    return root
+
+
+def test_embeddings_of_methods_whose_evaluation_personalizes(budgeted_dir):
+    code, _, err = report(budgeted_dir, "--embeddings")
+    assert code == 0, err
+    text = (budgeted_dir / "report" / "index.html").read_text()
+    caption = html.unescape(re.search(rf"<b>{re.escape(FILE)}</b>: (.*?)</figcaption>", text).group(1))
+    assert "fedreptile seed 0: checkpoint" in caption and "view personalized@k3." in caption
+    assert "metahar seed 0: checkpoint" in caption and "view personalized@n3." in caption
+    # Meta-HAR keeps each user's head: the checkpoint's model is not the one metrics.csv scored
+    assert "metahar's evaluation keeps a state on each client" in caption
+    assert "fedreptile's evaluation keeps" not in caption  # optimizer.persist off: nothing kept
+    assert "Skipped" not in caption
+    points = json.loads((budgeted_dir / "report" / POINTS).read_text())
+    assert {(p["method"], p["view"], p["kept"]) for p in points["panels"]} == {
+        ("fedreptile", "personalized@k3", False), ("metahar", "personalized@n3", True)}
+
+
+@pytest.mark.slow  # FedMAT's conv3d networks: ~20 s here
+def test_fedmat_embeddings_say_why_there_is_no_panel(tmp_path):
+    """FedMAT's predictor is the whole user model (its masks read the shared network's
+    activations, so no body output alone feeds the head): a panel that says so, exit 0."""
+    fedwear.run(budgeted_config("fedmat"), tmp_path / "fedmat-s0")
+    code, _, err = report(tmp_path, "--embeddings")
+    assert code == 0, err
+    text = html.unescape((tmp_path / "report" / "index.html").read_text())
+    assert "Skipped fedmat seed 0: its personal predictor has no separate body" in text
+
+
+def test_drawn_model_is_the_one_the_engine_scored(budgeted_dir):
+    """FedReptile keeps nothing between evaluations: each client's model rebuilt from the final
+    checkpoint gives exactly the numbers metrics.csv holds for it (view personalized@k3)."""
+    from fedwear.report.embeddings import drawn_view, personal_model
+
+    run = budgeted_dir / "fedreptile-s0"
+    cfg = run_config(run)
+    data = load_data(cfg)
+    method = build_method(Task.of(cfg, data))
+    ckpt = load_checkpoint(run / CHECKPOINT)
+    assert drawn_view(method) == "personalized@k3"
+    for c in data.clients[:2]:
+        pred, kept = personal_model(method, ckpt, c, cfg)
+        assert not kept
+        got, want = scores(pred, c, cfg, data.num_classes), logged(run, ckpt["round"], "personalized@k3", c.client_id)
+        assert got["accuracy"] == want["accuracy"] and got["macro_f1"] == want["macro_f1"], c.client_id
+        assert got["auc"] == pytest.approx(want["auc"], abs=1e-12)
+
+
+@pytest.mark.parametrize("method", ["metahar", pytest.param("fedmat", marks=pytest.mark.slow)])
+def test_entry_point_replays_the_engines_evaluation_of_a_kept_state(method, tmp_path):
+    """Meta-HAR and FedMAT keep a state from one evaluation to the next: given the state a client
+    held before round 2's evaluation (a client that did not train in round 2: its state of the
+    round-1 checkpoint) and round 2's message, ``evaluated_predictors`` gives the very numbers
+    metrics.csv holds for every budget at round 2; from the round-2 checkpoint (the state that
+    evaluation kept), the report says it personalises once more."""
+    from fedwear.api import run
+    from fedwear.engines.client import evaluated_predictors
+    from fedwear.report.embeddings import personal_model
+
+    cfg = budgeted_config(method)
+    out = tmp_path / "r"
+    run(cfg, out, until=1)
+    before = load_checkpoint(out / CHECKPOINT)
+    run(cfg, out, resume=True)
+    after = load_checkpoint(out / CHECKPOINT)
+    assert (before["round"], after["round"]) == (1, 2)
+    data = load_data(cfg)
+    method_obj = build_method(Task.of(cfg, data))
+    trained_in_2 = pd.read_csv(out / "rounds.csv").set_index("round").loc[2, "clients"].split(";")
+    c = next(c for c in data.clients if c.client_id not in trained_in_2)
+    down = method_obj.evaluation_message(after["server"], c.client_id, 2)
+    personal, keep = evaluated_predictors(method_obj, down, before["clients"][c.client_id], c, cfg, 2)
+    assert keep is not None
+    seen = []
+    for budget, pred in personal:  # each predictor used before the next is built
+        got, want = scores(pred, c, cfg, data.num_classes), logged(out, 2, f"personalized@{budget}", c.client_id)
+        assert got["accuracy"] == want["accuracy"] and got["macro_f1"] == want["macro_f1"], budget
+        assert got["auc"] == pytest.approx(want["auc"], abs=1e-12), budget
+        seen.append(budget)
+    assert seen == list(method_obj.budgets)
+    assert personal_model(method_obj, after, c, cfg)[1]  # kept: the caption says so

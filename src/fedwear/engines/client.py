@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -34,6 +34,53 @@ def as_personalized(result: Record | Personalized) -> tuple[dict[str, Record], R
     if isinstance(result, Personalized):
         return result.evaluate, result.keep
     return {"": result}, None
+
+
+def evaluated_predictors(method: Method, down: Record, state: Record, data: ClientData, cfg: RunConfig,
+                         round: int, *, new: bool = False, global_msg: Record | None = None
+                         ) -> tuple[Iterator[tuple[str, Predictor | Callable]], Record | None]:
+    """The models a client is evaluated with at ``round``: one ``(budget, predictor)`` pair per
+    fine-tuning budget (``""`` for a method without budgets), and the client state to keep from
+    now on (None: unchanged).
+
+    The one place that decides what is evaluated, so the engine's numbers and any later look at
+    a run's models (``fedwear report``'s figures) see the same model. A training client
+    (personalized and generalization views): ``personalize`` seeded with ``("personalize",
+    round, client)``, each budget's state through ``personal_predictor``, or the client's
+    ``trained_predictor`` for ``evaluation.personal_model: trained``. A new client (``new``,
+    ``down`` from :meth:`Method.evaluation_message`, ``state`` ignored): ``adapt`` seeded with
+    ``("adapt", round, client)``, falling back on the global model of ``global_msg`` when the
+    method has no personal predictor. Budgets without a predictor are left out.
+
+    ``personalize``/``adapt`` run at once; the predictors are built one at a time as the pairs
+    are read: a predictor is valid until the method loads the next model, so use each before
+    reading the next.
+    """
+    cid = data.client_id
+    if new:
+        adapted, _ = as_personalized(method.adapt(down, data, derive_seed(cfg.seed, "adapt", round, cid)))
+        return _adapted(method, down, adapted, global_msg), None
+    states, keep = as_personalized(method.personalize(down, state, data, derive_seed(cfg.seed, "personalize", round, cid)))
+    trained = method.trained_predictor(state) if cfg.evaluation.personal_model == "trained" else None
+    return _personal(method, down, states, trained), keep
+
+
+def _personal(method: Method, down: Record, states: dict[str, Record], trained: Predictor | None
+              ) -> Iterator[tuple[str, Predictor | Callable]]:
+    for budget, st in states.items():
+        pred = trained if trained is not None else method.personal_predictor(down, st)
+        if pred is not None:
+            yield budget, pred
+
+
+def _adapted(method: Method, down: Record, states: dict[str, Record], global_msg: Record | None
+             ) -> Iterator[tuple[str, Predictor | Callable]]:
+    for budget, st in states.items():
+        pred = method.personal_predictor(down, st)
+        if pred is None and global_msg is not None:
+            pred = method.global_predictor(global_msg)
+        if pred is not None:
+            yield budget, pred
 
 
 def row_client(row: Row, client: str) -> str:
@@ -159,14 +206,10 @@ class ClientRuntime:
         splits = ["test"] + (["val"] if ev.best_split == "val" else [])
         if new:
             if "new_clients" in ev.views:
-                seed = derive_seed(self.cfg.seed, "adapt", round, self.data.client_id)
-                adapted, _ = as_personalized(m.adapt(down, self.data, seed))
-                for budget, st in adapted.items():
-                    pred = m.personal_predictor(down, st)
-                    if pred is None and global_msg is not None:
-                        pred = m.global_predictor(global_msg)
-                    if pred is not None:
-                        rows += self._rows(round, pred, view_name("new_clients", budget), splits)
+                adapted, _ = evaluated_predictors(m, down, Record(), self.data, self.cfg, round, new=True,
+                                                  global_msg=global_msg)
+                for budget, pred in adapted:
+                    rows += self._rows(round, pred, view_name("new_clients", budget), splits)
             return rows, None
         with_global = "global" in ev.views and global_msg is not None
         keep = None
@@ -174,13 +217,8 @@ class ClientRuntime:
             # only the global model's keys: a predictor is valid until the method loads another model
             gpred = m.global_predictor(global_msg) if with_global and not self.pool_personal else None
             gkeys = (gpred.body_key, gpred.head_key) if gpred is not None else None
-            seed = derive_seed(self.cfg.seed, "personalize", round, self.data.client_id)
-            states, keep = as_personalized(m.personalize(down, state, self.data, seed))
-            trained = m.trained_predictor(state) if ev.personal_model == "trained" else None
-            for budget, st in states.items():
-                pred = trained if trained is not None else m.personal_predictor(down, st)
-                if pred is None:
-                    continue
+            personal, keep = evaluated_predictors(m, down, state, self.data, self.cfg, round)
+            for budget, pred in personal:
                 pooled = self.pool_personal or _keyed_as(pred, gkeys)
                 if "personalized" in ev.views:
                     rows += self._rows(round, pred, view_name("personalized", budget), splits, pooled)

@@ -3,11 +3,14 @@ al., IEEE JBHI 2023, Fig. 4).
 
 For the run with the lowest seed of each method: its config (config.yaml), its data
 (``dataset.root``, or ``--root``), its last checkpoint (checkpoint.npz) and its method. Every
-training client's own test windows go through that client's model as the run evaluated it in
-the personalized view at the checkpoint's round (``configure`` -> ``personalize`` ->
-``personal_predictor``), and ``pred.body`` gives their embeddings (the features the head
-classifies). One t-SNE per method over all clients' embeddings pooled; one panel per method,
-points coloured by true class.
+training client's own test windows go through that client's model as the run evaluates it in
+the personalized view at the checkpoint's round (``evaluation_message`` and the engine's own
+:func:`fedwear.engines.client.evaluated_predictors`; a method with fine-tuning budgets: its last
+budget's model, view ``personalized@<budget>``), and ``pred.body`` gives their embeddings (the
+features the head classifies). One t-SNE per method over all clients' embeddings pooled; one
+panel per method, points coloured by true class. A method whose evaluation keeps a state on
+the client (Meta-HAR, FedMAT, a persisted fine-tuning optimiser) is personalised once more
+from the state its last evaluation kept, and the caption says so.
 
 The panels' points are saved beside the figure (``embeddings-tsne.json``): a later report into
 the same folder draws a finished run's panel from there, without its checkpoint (a run folder
@@ -25,7 +28,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
-import torch
 from matplotlib import colormaps
 from matplotlib.lines import Line2D
 
@@ -34,6 +36,7 @@ from fedwear.config import RunConfig, load_config
 from fedwear.data import dataset_module, load_federated
 from fedwear.data.preprocess import bundled_root
 from fedwear.data.types import ClientData, FederatedData
+from fedwear.engines.client import evaluated_predictors, forward, view_name
 from fedwear.engines.store import saved_states
 from fedwear.errors import FedwearError
 from fedwear.evaluation.predictor import Predictor
@@ -41,7 +44,6 @@ from fedwear.methods import Method, Record, Task, build_method
 from fedwear.methods.fedavg import FedAvg
 from fedwear.report.plots import Groups, Plot, _new_figure, _save
 from fedwear.report.rundir import Run
-from fedwear.seeding import derive_seed
 
 FILE = "embeddings-tsne.png"
 POINTS = "embeddings-tsne.json"  # the panels' points, beside the figure
@@ -65,6 +67,8 @@ class Embeddings:
     class_names: list[str]
     data: str = ""  # where the windows came from, in words
     colour: str = "true class"  # what ``y`` holds: "client" for a regression run (no classes)
+    view: str = "personalized"  # the metrics.csv view of the drawn models (:func:`drawn_view`)
+    kept: bool = False  # personalised once more from what the evaluation kept (:func:`personal_model`)
 
     @property
     def clients(self) -> list[str]:
@@ -88,6 +92,8 @@ class Panel:
     xy: np.ndarray  # [n, 2] t-SNE coordinates
     y: np.ndarray  # [n] colour index: true class, or client for a regression run
     client: np.ndarray  # [n] client id
+    view: str = "personalized"
+    kept: bool = False
 
     @property
     def clients(self) -> list[str]:
@@ -195,39 +201,70 @@ def missing_states(m: Method, checkpoint: dict) -> str | None:
     return None
 
 
-def client_predictor(m: Method, checkpoint: dict, client: ClientData, cfg: RunConfig
-                     ) -> Predictor | Callable | None:
-    """The predictor the run evaluated ``client`` (a training client) with in the personalized
-    view at ``checkpoint["round"]``: ``evaluation_message`` -> ``personalize`` (seeded as the
-    run seeded it) -> ``personal_predictor``; None when the method has none."""
+def drawn_budget(m: Method) -> str:
+    """The fine-tuning budget whose model a figure draws: the method's last (the most
+    fine-tuning: FedReptile's k3, Meta-HAR's n3, FedMAT's e4), ``""`` without budgets."""
+    return m.budgets[-1] if m.budgets else ""
+
+
+def drawn_view(m: Method) -> str:
+    """The metrics.csv view of the model a figure draws (``personalized@<budget>``)."""
+    return view_name("personalized", drawn_budget(m))
+
+
+def personal_model(m: Method, checkpoint: dict, client: ClientData, cfg: RunConfig
+                   ) -> tuple[Predictor | Callable | None, bool]:
+    """The predictor the run evaluates ``client`` (a training client) with in :func:`drawn_view`
+    at ``checkpoint["round"]``, from the checkpoint's server and client state, through the
+    engine's own choice (:func:`fedwear.engines.client.evaluated_predictors`: ``personalize``
+    seeded as the run seeds it, each budget's state, ``personal_model: trained``); None when the
+    method has none.
+
+    And whether the method's evaluation keeps a state on the client (``Personalized.keep``:
+    Meta-HAR's head, FedMAT's masks and head, a persisted fine-tuning optimiser). The checkpoint
+    holds the states after its round's evaluation, so such a method's predictor is personalised
+    once more from what that evaluation kept: not the model metrics.csv scored."""
     server, round = checkpoint["server"], checkpoint["round"]
     cid = client.client_id
     state = (checkpoint.get("clients") or {}).get(cid, Record())
     down = m.evaluation_message(server, cid, round)
-    seed = derive_seed(cfg.seed, "personalize", round, cid)
-    trained = m.trained_predictor(state) if cfg.evaluation.personal_model == "trained" else None
-    return trained if trained is not None else m.personal_predictor(down, m.personalize(down, state, client, seed))
+    personal, keep = evaluated_predictors(m, down, state, client, cfg, round)
+    # a predictor is valid until the method builds the next one: the last budget's is read last
+    return next((pred for budget, pred in personal if budget == drawn_budget(m)), None), keep is not None
 
 
-def body_embeddings(m: Method, checkpoint: dict, clients: list[ClientData], cfg: RunConfig
-                    ) -> dict[str, np.ndarray] | str:
-    """Per client id: ``pred.body`` of its test windows, with the predictor the run evaluated
-    that client with (personalized view) at ``checkpoint["round"]``; or why there is none."""
+def client_predictor(m: Method, checkpoint: dict, client: ClientData, cfg: RunConfig
+                     ) -> Predictor | Callable | None:
+    """:func:`personal_model`'s predictor."""
+    return personal_model(m, checkpoint, client, cfg)[0]
+
+
+@dataclass
+class Bodies:
+    """Per client id, the body embeddings of its test windows; ``kept``: the method's evaluation
+    keeps a state on the clients (see :func:`personal_model`)."""
+
+    z: dict[str, np.ndarray]
+    kept: bool = False
+
+
+def body_embeddings(m: Method, checkpoint: dict, clients: list[ClientData], cfg: RunConfig) -> Bodies | str:
+    """Per client id: ``pred.body`` of its test windows, with the predictor the run evaluates
+    that client with in :func:`drawn_view` at ``checkpoint["round"]`` (:func:`personal_model`);
+    or why there is none."""
     if why := missing_states(m, checkpoint):
         return why
     bs = cfg.evaluation.batch_size
-    out: dict[str, np.ndarray] = {}
+    out = Bodies({})
     for c in clients:
         cid = c.client_id
-        pred = client_predictor(m, checkpoint, c, cfg)
+        pred, kept = personal_model(m, checkpoint, c, cfg)
+        out.kept |= kept
         if not isinstance(pred, Predictor) or pred.head is None:
             return ("its personal predictor has no separate body (no features before a head)"
                     if pred is not None else "it has no personal predictor")
-        x = torch.from_numpy(np.ascontiguousarray(c.test.x))
-        with torch.no_grad():
-            parts = [pred.body(x[i : i + bs]).float() for i in range(0, len(x), bs)]
-        z = torch.cat(parts).numpy() if parts else np.zeros((0, 0), np.float32)
-        out[cid] = z.reshape(len(z), -1)
+        z = forward(pred.body, c.test.x, bs, pred.device).float().numpy()
+        out.z[cid] = z.reshape(len(z), -1)
     return out
 
 
@@ -238,9 +275,10 @@ def run_embeddings(run: Run, root: Path | None = None,
     if isinstance(restored, Skipped):
         return restored
     cfg, ckpt, method, data = restored.cfg, restored.checkpoint, restored.method, restored.data
-    per_client = body_embeddings(method, ckpt, data.clients, cfg)
-    if isinstance(per_client, str):
-        return Skipped(run.method, run.seed, per_client)
+    bodies = body_embeddings(method, ckpt, data.clients, cfg)
+    if isinstance(bodies, str):
+        return Skipped(run.method, run.seed, bodies)
+    per_client, drawn = bodies.z, {"view": drawn_view(method), "kept": bodies.kept}
     ids = list(per_client)
     by_id = {c.client_id: c for c in data.clients}
     if data.kind == "regression":  # a forecast target has no class: colour by client
@@ -250,7 +288,7 @@ def run_embeddings(run: Run, root: Path | None = None,
             final_round=run.summary.get("final_round"), model=model_text(method),
             z=np.concatenate([per_client[c] for c in ids]) if ids else np.zeros((0, 0), np.float32),
             y=np.repeat(np.arange(len(ids)), sizes), client=np.repeat(np.array(ids, dtype=object), sizes),
-            class_names=ids, data=data_text(cfg), colour="client",
+            class_names=ids, data=data_text(cfg), colour="client", **drawn,
         )
     return Embeddings(
         method=run.method, seed=run.seed, round=int(ckpt["round"]),
@@ -259,7 +297,7 @@ def run_embeddings(run: Run, root: Path | None = None,
         y=np.concatenate([by_id[c].test.y for c in ids]).astype(int) if ids else np.zeros(0, int),
         client=np.concatenate([np.full(len(per_client[c]), c, dtype=object) for c in ids])
         if ids else np.zeros(0, object),
-        class_names=class_names(cfg, data), data=data_text(cfg),
+        class_names=class_names(cfg, data), data=data_text(cfg), **drawn,
     )
 
 
@@ -379,7 +417,7 @@ def run_panel(run: Run, root: Path | None, data_cache: dict) -> Panel | Skipped:
     return Panel(method=r.method, seed=r.seed, round=r.round, final_round=r.final_round,
                  config_hash=load_config(run.path / "config.yaml").hash(), model=r.model, data=r.data,
                  colour=r.colour, class_names=r.class_names, dim=int(r.z.shape[1]), xy=xy,
-                 y=np.asarray(r.y, int), client=r.client)
+                 y=np.asarray(r.y, int), client=r.client, view=r.view, kept=r.kept)
 
 
 def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
@@ -427,6 +465,14 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
     return Plot(FILE, "t-SNE of body embeddings", caption(results), "embeddings")
 
 
+def round_note(round: int, final_round: object) -> str:
+    """How a checkpoint's round stands to the run's last evaluated round (summary.json's
+    ``final_round``, None before the first evaluation), in a caption's words."""
+    if final_round is None:
+        return "no round evaluated yet"
+    return "the final round" if final_round == round else f"the run's final round is {final_round}"
+
+
 def caption(results: dict[str, Panel | Skipped]) -> str:
     """What the figure shows: checkpoint round, windows, model per client, t-SNE settings."""
     done = {m: r for m, r in results.items() if isinstance(r, Panel)}
@@ -435,20 +481,27 @@ def caption(results: dict[str, Panel | Skipped]) -> str:
         "t-SNE of body embeddings (ProtoHAR, Cheng et al. 2023, Fig. 4): the output of the model's "
         "body (the features the classifier head receives) for every training client's own "
         "test-split windows (held-out new clients excluded), each client's windows through the "
-        "model that client was evaluated with in the personalized view at the checkpoint's round; "
+        "model that client is evaluated with in the personalized view (a method with fine-tuning "
+        "budgets: its last budget's, personalized@<budget>) at the checkpoint's round; "
         "one panel per method, the run with the lowest seed of each method; colour: true class."
     ]
     if any(r.colour == "client" for r in done.values()):
         parts.append("Regression runs (a forecast target has no class): colour: the client.")
     for method, r in done.items():
-        final = ("the final round" if r.final_round == r.round
-                 else f"the run's final round is {r.final_round}")
+        final = round_note(r.round, r.final_round)
         parts.append(
             f"{method} seed {r.seed}: {CHECKPOINT} of round {r.round} ({final}); model per "
             f"client: {r.model}; data: {r.data}; {len(r.clients)} clients, {len(r.xy)} windows, "
             f"{r.dim}-dimensional embeddings, t-SNE perplexity "
-            f"{min(PERPLEXITY, len(r.xy) - 1)}."
+            f"{min(PERPLEXITY, len(r.xy) - 1)}; view {r.view}."
         )
+        if r.kept:
+            parts.append(
+                f"{method}'s evaluation keeps a state on each client (its head, masks or fine-tuning "
+                f"optimiser) and the checkpoint holds it as round {r.round}'s evaluation left it, so "
+                f"these models are personalised once more from there: not the ones metrics.csv "
+                f"scores as {r.view} at round {r.round}."
+            )
     parts.append(f"The points of each panel are in {POINTS}. Each panel is its own t-SNE of all its clients' embeddings pooled: {TSNE_TEXT}; "
                  "the axes have no units and the panels are not aligned with each other.")
     for method, r in skipped.items():

@@ -35,6 +35,7 @@ from fedwear.report.embeddings import (
     draw_skipped,
     missing_states,
     model_text,
+    round_note,
 )
 from fedwear.report.plots import Plot, _new_figure, _save
 from fedwear.report.rundir import Run
@@ -206,8 +207,7 @@ def caption(fc: Forecast | Skipped) -> str:
     if isinstance(fc, Skipped):
         return (f"Heart rate over time (PCFedH, Yin et al. 2025, Fig. 4): skipped {fc.method} "
                 f"seed {fc.seed}: {fc.reason}.")
-    final = ("the final round" if fc.final_round == fc.round
-             else f"the run's final round is {fc.final_round}")
+    final = round_note(fc.round, fc.final_round)
     shift, scale = fc.target
     parts = [
         f"Heart rate over time (PCFedH, Yin et al. 2025, Fig. 4): {fc.method} seed {fc.seed}, "

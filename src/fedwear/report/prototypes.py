@@ -35,6 +35,7 @@ from fedwear.report.embeddings import (
     _class_color,
     data_text,
     draw_skipped,
+    round_note,
     tsne,
 )
 from fedwear.report.plots import Plot, _new_figure, _save
@@ -205,8 +206,7 @@ def caption(f: EncoderFeatures | Skipped) -> str:
     if isinstance(f, Skipped):
         return (f"t-SNE of PCFedH encoder features (PCFedH, Yin et al. 2025, Fig. 3): skipped "
                 f"{f.method} seed {f.seed}: {f.reason}.")
-    final = ("the final round" if f.final_round == f.round
-             else f"the run's final round is {f.final_round}")
+    final = round_note(f.round, f.final_round)
     return (
         f"t-SNE of PCFedH encoder features (PCFedH, Yin et al. 2025, Fig. 3): {f.method} seed "
         f"{f.seed}, {CHECKPOINT} of round {f.round} ({final}). Windows: {len(f.z)} of the "
