@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import shutil
@@ -269,9 +270,87 @@ def test_unfinished_run_is_reported_as_far_as_it_got(run_dir, tmp_path):
     code, _, err = report(run)
     assert code == 0, err
     page = (run / "report" / "index.html").read_text()
-    assert "unfinished: round 2 of 3" in page and "no summary.json: the run is unfinished" in page
+    assert "unfinished: stopped at round 2 of 3" in page and "no summary.json: the run is unfinished" in page
     (run / "config.yaml").unlink()  # nothing to rebuild the summary from
     one_line_error(*report(run)[::2], str(run / "summary.json"), "summary.json is missing")
+
+
+def text_of(page: Path) -> str:
+    """The page's text, tags and embedded images left out."""
+    body = re.sub(r'src="data:[^"]*"', "", page.read_text().split("</script>")[-1])
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression"])
+def test_run_stopped_before_its_first_evaluation_is_reported(tmp_path, kind):
+    """metrics.csv holds its header only: the tables and per-round figures say no round was
+    evaluated yet (with the task's own metrics), the rounds, bytes and times it has are drawn."""
+    from fedwear.api import run
+    from tests.helpers import tiny_regression_config
+
+    make = tiny_config if kind == "classification" else tiny_regression_config
+    out = tmp_path / "run"
+    run(make(rounds=6, **{"evaluation.every": 4}), out, until=2)
+    assert len(pd.read_csv(out / "metrics.csv")) == 0 and len(pd.read_csv(out / "rounds.csv")) == 2
+    code, _, err = report(out)
+    assert code == 0, err
+    index = out / "report" / "index.html"
+    text = text_of(index)
+    assert "(unfinished: stopped at round 2 of 6)" in text
+    assert "unfinished : stopped at round 2 of 6 (no summary.json); run.log: end:" in text
+    assert "no round evaluated yet; 0.0" in text  # the bytes it sent are there
+    said = "No round evaluated yet (the run stopped at round 2 of 6): metrics.csv holds no rows, so there is no "
+    metrics = "accuracy, macro-F1, AUC" if kind == "classification" else "MSE (bpm²), MAE (bpm), MAPE (%)"
+    assert text.count(said + metrics + " to show.") == 3  # the summary, the curves, the per-client bars
+    assert "mean ± std" not in text and "<table" not in index.read_text()  # no empty table
+    assert "is None" not in text  # a figure from the checkpoint says no round was evaluated
+    drawn = {f for f in Page(index.read_text()).images if not f.startswith("forecast-")}  # from the checkpoint
+    assert sorted(drawn) == ["bytes_down.png", "bytes_up.png", "train_loss.png", "wall_time.png"]
+    # stopped inside round 1: nothing but the headers yet
+    for name in ("rounds.csv", "timing.csv"):
+        (out / name).write_text((out / name).read_text().splitlines()[0] + "\n")
+    code, _, err = report(out)
+    assert code == 0, err
+    assert "(unfinished: stopped before round 1 of 6 ended)" in text_of(index)
+
+
+def test_stopped_run_is_reported_up_to_its_last_round(tmp_path, compare_dir):
+    """Stopped at round 5 of 6 after evaluations at rounds 2 and 4, killed while writing round 6
+    (torn last lines): reported up to round 5, numbers of round 4, labelled as stopped there; in
+    a comparison beside a run that evaluated nothing yet, that run's cells are n/a."""
+    from fedwear.api import run
+
+    out = tmp_path / "cmp" / "fedavg-s0"
+    run(tiny_config(rounds=6, **{"evaluation.every": 2}), out, until=5)
+    with (out / "rounds.csv").open("a") as f:
+        f.write("6,3,s01;s0")
+    with (out / "metrics.csv").open("a") as f:
+        f.write("6,s01,personalized,te")
+    code, _, err = report(out)
+    assert code == 0, err
+    page = Page((out / "report" / "index.html").read_text())
+    text = text_of(out / "report" / "index.html")
+    assert "(unfinished: stopped at round 5 of 6)" in text and "final (round 4)" in text
+    assert "final: its last evaluated round so far" in text
+    want = pd.read_csv(out / "metrics.csv").iloc[:-1]
+    final = want[(want["round"] == 4) & (want["view"] == "personalized") & (want["split"] == "test")]
+    acc = np.average(final["accuracy"], weights=final["n"])
+    assert float(page.numbers["final.personalized.accuracy.weighted"]["value"]) == pytest.approx(acc, rel=1e-12)
+    assert "curve-personalized-accuracy.png" in page.images
+    # a comparison: this run and one that evaluated no round yet
+    early = tmp_path / "cmp" / "local-s0"
+    run(tiny_config(method="local", rounds=6, **{"evaluation.every": 4}), early, until=1)
+    code, _, err = report(tmp_path / "cmp")
+    assert code == 0, err
+    text = text_of(tmp_path / "cmp" / "report" / "index.html")
+    assert ("Read as far as they got (no summary.json yet): fedavg seed 0 (unfinished: stopped at round 5 of 6); "
+            "local seed 0 (unfinished: stopped at round 1 of 6), no round evaluated yet.") in text
+    assert "No round evaluated yet (the run stopped at round 1 of 6)" in text  # its own table
+    # only local's runs: nothing evaluated anywhere
+    shutil.rmtree(out)
+    code, _, err = report(tmp_path / "cmp")
+    assert code == 0, err
+    assert text_of(tmp_path / "cmp" / "report" / "index.html").count("No round evaluated yet") >= 4
 
 
 def test_broken_run_in_comparison(compare_dir, tmp_path):

@@ -27,15 +27,25 @@ def _config_values(runs: list[Run], *keys: str) -> str:
     return ", ".join(values) or "?"
 
 
+def _stop_text(run: Run) -> str:
+    """An unfinished run: where it stopped and what its run.log says of the end."""
+    end = run.log_end
+    told = (f"run.log: {escape(end)}" if end else
+            "run.log records no end: the run is still going, or it was killed")
+    return f"<b>unfinished</b>: {escape(run.stopped_at)} (no summary.json); {told}"
+
+
 def _run_meta(run: Run) -> list[str]:
     s = run.summary
     mb = f"{s.get('bytes_up', 0) / 1e6:.3f} MB up, {s.get('bytes_down', 0) / 1e6:.3f} MB down"
     dataset, rounds = _config_values([run], "dataset", "name"), _config_values([run], "rounds")
+    evaluated = (f"final round {s.get('final_round')}, best round {s.get('best_round')}" if run.evaluated
+                 else "no round evaluated yet")
     return [
         f"method <b>{escape(run.method)}</b>, seed {escape(str(run.seed))}, dataset "
         f"{escape(dataset)}, {escape(rounds)} rounds, engine {escape(str(s.get('engine', '?')))}",
-        f"final round {s.get('final_round')}, best round {s.get('best_round')}; "
-        f"{mb}; wall time {float(s.get('wall_time_s', 0.0)):.1f} s",
+        *([_stop_text(run)] if run.unfinished else []),
+        f"{evaluated}; {mb}; wall time {float(s.get('wall_time_s', 0.0)):.1f} s",
         f"config hash <code>{escape(str(s.get('config_hash', '?')))[:16]}</code>, fedwear "
         f"{escape(str(s.get('fedwear_version', '?')))}; "
         f"run directory <code>{escape(str(run.path))}</code>",
@@ -56,9 +66,13 @@ def _comparison_meta(cmp: Comparison) -> list[str]:
     ]
 
 
+def _table_caption(run: Run) -> str:
+    """The caption of a run's table (none when no round was evaluated: no table)."""
+    return f'<div class="caption">{html.run_table_caption(run)}</div>' if run.evaluated else ""
+
+
 def _run_tables(run: Run) -> str:
-    return (f"<h2>Summary</h2>{html.run_table(run)}"
-            f'<div class="caption">{html.run_table_caption(run)}</div>')
+    return f"<h2>Summary</h2>{html.run_table(run)}{_table_caption(run)}"
 
 
 def _comparison_tables(cmp: Comparison) -> str:
@@ -67,15 +81,24 @@ def _comparison_tables(cmp: Comparison) -> str:
     for select in ("final", "best"):
         parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select)}"
                      f'<div class="caption">{html.comparison_caption(select, groups)}</div>')
-    unfinished = [run.label for run in cmp.all_runs if run.unfinished]
+    unfinished = [run.label + ("" if run.evaluated else ", no round evaluated yet")
+                  for run in cmp.all_runs if run.unfinished]
     if unfinished:
         parts.append(f'<p class="caption">Read as far as they got (no summary.json yet): {escape("; ".join(unfinished))}.</p>')
     parts.append("<h3>Each run</h3>")
     for run in cmp.all_runs:
         parts.append(f"<details><summary>{escape(run.label)} ({escape(run.path.name)})</summary>"
-                     f"{html.run_table(run, prefix=f'{run.path.name}/')}"
-                     f'<div class="caption">{html.run_table_caption(run)}</div></details>')
+                     f"{html.run_table(run, prefix=f'{run.path.name}/')}{_table_caption(run)}</details>")
     return "".join(parts)
+
+
+def _empty_sections(groups: Groups) -> dict[str, str]:
+    """Why the per-round and per-client figures are missing when no run evaluated a round."""
+    runs = [r for rs in groups.values() for r in rs]
+    if any(r.evaluated for r in runs):
+        return {}
+    why = html.not_evaluated(runs[0]) if len(runs) == 1 else "No round evaluated yet: no run's metrics.csv holds a row."
+    return {"curves": why, "clients": why}
 
 
 def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
@@ -116,7 +139,7 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
         if regression:  # loads data and checkpoints
             plots += regression_plots(groups, out, root, client, tsne_windows)
         index = out / "index.html"
-        index.write_text(html.page(title, meta, tables, plots, out), encoding="utf-8")
+        index.write_text(html.page(title, meta, tables, plots, out, _empty_sections(groups)), encoding="utf-8")
     except OSError as e:
         raise FedwearError(f"{out}: cannot write the report ({e.strerror or e}); "
                            "pass --out with a writable folder") from None

@@ -47,6 +47,7 @@ figure { margin: 0; } figure img { width: 100%; height: auto; border: 1px solid 
 figure.wide img { width: auto; max-width: 100%; }
 figcaption { font-size: 0.85em; color: #444; margin-top: 4px; }
 details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
+p.empty { color: #555; font-style: italic; }
 """
 
 SCRIPT = """
@@ -85,10 +86,20 @@ def _views_metrics(summaries: list[dict], metric_order: list[str]) -> tuple[list
     return ordered_views(views), _ordered(metrics, metric_order)
 
 
+def not_evaluated(run: Run) -> str:
+    """What a run that evaluated no round shows in place of its numbers."""
+    where = f" (the run {run.stopped_at})" if run.unfinished else ""
+    return (f"No round evaluated yet{where}: metrics.csv holds no rows, so there is no "
+            f"{', '.join(row_label(m) for m in run.metric_names) or 'metric'} to show.")
+
+
 def run_table(run: Run, prefix: str = "") -> str:
     """Final and best round of one run: per view x metric, the sample-weighted mean over
-    clients and the unweighted mean ± population std over clients (test split)."""
+    clients and the unweighted mean ± population std over clients (test split); a sentence
+    instead when no round was evaluated."""
     s = run.summary
+    if s.get("final_round") is None:
+        return f'<p class="empty">{escape(not_evaluated(run))}</p>'
     views, metrics = _views_metrics([s], run.metric_names)
     head = (f'<tr><th class="l" rowspan="2">view</th><th class="l" rowspan="2">metric</th>'
             f'<th colspan="2">final (round {s.get("final_round")})</th>'
@@ -116,8 +127,8 @@ def _row(view: str, metric: str, cells: list[str], first: bool) -> str:
 
 def run_table_caption(run: Run) -> str:
     rule = run.summary.get("best_rule", "see summary.json")
-    source = ("from the CSV files written so far (no summary.json: the run is unfinished)" if run.unfinished
-              else "from summary.json")
+    source = (f"from the CSV files written so far (no summary.json: the run is unfinished, {run.stopped_at}; "
+              f"final: its last evaluated round so far)" if run.unfinished else "from summary.json")
     return (f"Test split, {source}. <b>weighted mean</b>: {weighted([run])}; <b>mean ± std</b>: "
             "unweighted mean over clients ± population std over clients (ddof=0). "
             f"Best round: {escape(rule)}. {units_note(run.metric_names)}.")
@@ -131,7 +142,10 @@ def _over_seeds(values: list) -> tuple[float | None, float | None, int]:
 
 def comparison_table(groups: Groups, select: str) -> str:
     """Per view x metric (rows) and method (columns): mean ± population std over seeds of the
-    per-seed sample-weighted means over clients at the ``select`` (final or best) round."""
+    per-seed sample-weighted means over clients at the ``select`` (final or best) round; a
+    sentence instead when no run evaluated a round."""
+    if not any(r.evaluated for runs in groups.values() for r in runs):
+        return '<p class="empty">No round evaluated yet: no run\'s metrics.csv holds a row.</p>'
     summaries = [r.summary for runs in groups.values() for r in runs]
     order = [m for runs in groups.values() for r in runs for m in r.metric_names]
     views, metrics = _views_metrics(summaries, list(dict.fromkeys(order)))
@@ -169,12 +183,15 @@ def figure(plot: Plot, out: Path) -> str:
             f"<figcaption><b>{escape(plot.file)}</b>: {escape(plot.caption)}</figcaption></figure>")
 
 
-def figures(plots: list[Plot], out: Path) -> str:
-    """Figures grouped by section; within a section, one grid row per ``Plot.row`` (a view)."""
+def figures(plots: list[Plot], out: Path, empty: dict[str, str] | None = None) -> str:
+    """Figures grouped by section; within a section, one grid row per ``Plot.row`` (a view).
+    A section without figures is left out, or shows its sentence of ``empty`` (why it has none)."""
     parts = []
     for section, title in SECTIONS.items():
         chosen = [p for p in plots if p.section == section]
         if not chosen:
+            if section in (empty or {}):
+                parts.append(f'<h2>{escape(title)}</h2><p class="empty">{escape(empty[section])}</p>')
             continue
         parts.append(f"<h2>{escape(title)}</h2>")
         if section in WIDE:
@@ -188,8 +205,10 @@ def figures(plots: list[Plot], out: Path) -> str:
     return "".join(parts)
 
 
-def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path) -> str:
-    """The whole HTML document; ``meta`` items and ``tables`` are already HTML."""
+def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path,
+         empty: dict[str, str] | None = None) -> str:
+    """The whole HTML document; ``meta`` items and ``tables`` are already HTML; ``empty``: see
+    :func:`figures`."""
     items = "".join(f"<li>{m}</li>" for m in meta)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -197,5 +216,5 @@ def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path)
         f"<title>{escape(title)}</title><style>{STYLE}</style>"
         f"<script>{SCRIPT}</script></head>\n<body>"
         f'<h1>{escape(title)}</h1><ul class="meta">{items}</ul>'
-        f"{tables}{figures(plots, out)}</body></html>\n"
+        f"{tables}{figures(plots, out, empty)}</body></html>\n"
     )

@@ -6,6 +6,7 @@ and what to do, so the command line can print it as one line.
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +28,8 @@ REQUIRED = {
 RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json")
 #: Numeric columns of metrics.csv that count windows, not metrics (``n`` is an id column).
 COUNTS = ("n_train",)
+#: Text columns of the CSV files; every other column is a number.
+TEXT = ("client", "view", "split", "clients", "dropped")
 
 
 @dataclass
@@ -65,11 +68,38 @@ class Run:
         return bool(self.summary.get("unfinished"))
 
     @property
+    def evaluated(self) -> bool:
+        """Whether metrics.csv holds any evaluated round (a run stopped before its first
+        evaluation has the header only)."""
+        return len(self.metrics) > 0
+
+    @property
+    def stopped_at(self) -> str:
+        """``stopped at round R of N`` for an unfinished run (R: the last round in rounds.csv)."""
+        planned = self.summary["rounds_planned"]
+        if not len(self.rounds):
+            return f"stopped before round 1 of {planned} ended"
+        return f"stopped at round {self.summary['rounds_run']} of {planned}"
+
+    @property
     def label(self) -> str:
         label = f"{self.name} seed {self.seed}"
         if self.unfinished:
-            label += f" (unfinished: round {self.summary['rounds_run']} of {self.summary['rounds_planned']})"
+            label += f" (unfinished: {self.stopped_at})"
         return label
+
+    @property
+    def log_end(self) -> str | None:
+        """The last line of run.log when it records how the run ended (``end: paused at round 2
+        of 6 ...``), without its timestamp; None when run.log is missing or records no end (the
+        run is still going, or was killed)."""
+        try:
+            lines = (self.path / "run.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        last = lines[-1] if lines else ""
+        _, sep, text = last.partition(" INFO end: ")
+        return f"end: {text}" if sep else None
 
     @cached_property
     def metric_names(self) -> list[str]:
@@ -141,15 +171,20 @@ def load(path: Path) -> Run | Comparison:
 def load_run(path: Path) -> Run:
     """Read and check one run directory. A run still going (or stopped before its end: no
     summary.json, but its config.yaml) is read as far as it got, its summary built from the
-    CSV files as ``fedwear run`` builds it at the end, marked ``unfinished``."""
+    CSV files as ``fedwear run`` builds it at the end, marked ``unfinished``: up to the last
+    round of rounds.csv (a line torn by a kill is left out), and with no row in metrics.csv
+    when it stopped before its first evaluation."""
     unfinished = not (path / "summary.json").is_file() and (path / "config.yaml").is_file()
     summary = {} if unfinished else _read_summary(path / "summary.json")
     frames = {name: _read_csv(path / name, cols) for name, cols in REQUIRED.items()}
+    if unfinished:  # rows of a round whose rounds.csv line was never written are not that far yet
+        last = frames["rounds.csv"]["round"].max() if len(frames["rounds.csv"]) else -1
+        frames = {name: f[f["round"] <= last] for name, f in frames.items()}
     metrics = frames["metrics.csv"]
     if not metric_columns(metrics):
         raise FedwearError(f"{path / 'metrics.csv'}: no numeric metric column (e.g. accuracy); "
                            "the file is damaged: rerun the experiment with `fedwear run`")
-    if not (metrics["split"] == "test").any():
+    if len(metrics) and not (metrics["split"] == "test").any():
         raise FedwearError(f"{path / 'metrics.csv'}: no rows on the test split; "
                            "rerun the experiment with `fedwear run`")
     if unfinished:
@@ -190,14 +225,28 @@ def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
         raise FedwearError(f"{path} is missing; {fix}")
     try:
         frame = pd.read_csv(path)
+        if len(frame) and _torn(path, len(frame.columns)):
+            frame = frame.iloc[:-1]
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
         raise FedwearError(f"{path} is not a readable CSV ({type(e).__name__}); {fix}") from None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise FedwearError(f"{path} lacks the column(s) {', '.join(missing)}; {fix}")
+    if not len(frame):  # the header only (nothing recorded yet): its columns typed as when filled
+        frame = frame.astype({c: float for c in frame.columns if c not in TEXT})
     if not pd.api.types.is_numeric_dtype(frame["round"]):
         raise FedwearError(f"{path}: the round column is not numeric; {fix}")
     return frame
+
+
+def _torn(path: Path, columns: int) -> bool:
+    """Whether the last line of ``path`` has fewer fields than the header: a write cut off by a
+    kill (fedwear writes whole lines, so only the last one can be torn)."""
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 65536))
+        tail = f.read().decode(errors="replace").splitlines()
+    last = next((line for line in reversed(tail) if line.strip()), "")
+    return len(next(csv.reader([last]), [])) < columns
 
 
 def _read_summary(path: Path) -> dict:
