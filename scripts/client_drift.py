@@ -42,7 +42,7 @@ def describe(run: Path, ck: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders holding a checkpoint.pkl")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders holding a checkpoint.npz")
     runs = parser.parse_args().runs
     checkpoints = []
     for run in runs:
