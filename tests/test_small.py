@@ -1,5 +1,5 @@
 """Small user-visible promises: no made-up training loss, no silent cut of clients_per_round, one
-line for a wrong USC-HAD folder."""
+line for a wrong USC-HAD folder, and no citation of a file a user of the package does not have."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ import fedwear
 from fedwear.cli import app
 from fedwear.methods.training import train_epochs
 from tests.helpers import tiny_config
+
+SRC = Path(fedwear.__file__).parent
 
 
 def test_no_step_is_no_training_loss() -> None:
@@ -68,3 +70,13 @@ def test_verify_usc_had_one_level_up(data_root: Path, tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert one_error_line(res.stderr).endswith(f"they are in {tmp_path / 'USC-HAD'}; pass --root {tmp_path / 'USC-HAD'}")
 
+
+def test_methods_cite_papers_and_code_not_a_private_file() -> None:
+    """``fedwear methods`` and the sources cite the papers' sections and the authors'
+    repositories, not a notes file a user of the package does not have."""
+    res = CliRunner().invoke(app, ["methods"])
+    assert res.exit_code == 0 and "fedavg" in res.stdout
+    assert "SPECS" not in res.stdout
+    citing = [f"{p.relative_to(SRC)}:{k}" for p in sorted(SRC.rglob("*")) if p.suffix in (".py", ".yaml", ".md")
+              for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "SPECS" in line]
+    assert not citing, citing

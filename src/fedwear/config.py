@@ -48,7 +48,7 @@ class ModelConfig(Strict):
 class OptimizerConfig(Strict):
     name: Literal["sgd", "adam", "adamw"] = "sgd"
     lr: float = Field(0.01, gt=0)
-    eps: float = Field(1e-8, gt=0, description="Adam/AdamW epsilon: torch's 1e-8; Keras' 1e-7 for the FedAli protocol (SPECS B)")
+    eps: float = Field(1e-8, gt=0, description="Adam/AdamW epsilon: torch's 1e-8; Keras' 1e-7 for the FedAli protocol (getalp/FedAli runs Keras 2.15)")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (ProtoHAR: 0.9)")
     weight_decay: float = Field(0.0, ge=0)
     persist: bool = Field(False, description="keep each client's optimiser state across rounds (ProtoHAR's code)")
@@ -76,7 +76,7 @@ class EvaluationConfig(Strict):
     client_weights: Literal["test", "train", "uniform"] = Field(
         "test",
         description="weights of the over-clients weighted mean: test windows (the papers' Eq.), "
-        "train windows (ProtoHAR's code, SPECS A5) or uniform",
+        "train windows (ProtoHAR's serverbase.py) or uniform",
     )
     best_metric: str = Field(
         "personalized.accuracy",
@@ -100,7 +100,7 @@ class EvaluationConfig(Strict):
         "method",
         description="the model of the personalized and generalization views: the method's personal model, or "
         "trained: the model each client holds right after its latest local training (FedAli's protocol, "
-        "SPECS B7: FedAvg's personalization is its locally trained model); a client that has not trained "
+        "getalp/FedAli: FedAvg's personalization is its locally trained model); a client that has not trained "
         "yet uses the method's",
     )
     targets: dict[str, float] = Field(default_factory=dict, description="view.metric -> value for rounds_to_target")
@@ -169,7 +169,7 @@ class RunConfig(Strict):
     )
     threads: int | None = Field(None, ge=1, description="torch threads; null leaves torch's default")
     drop_last: bool = Field(
-        False, description="skip each epoch's last partial batch (Meta-HAR's and FedMAT's loaders, SPECS 2.4, 3.3); "
+        False, description="skip each epoch's last partial batch (Meta-HAR's and FedMAT's loaders: Chain123/Meta-HAR met-har.py, Super-Shen/FedMAT iLog_train.py); "
         "a client with fewer train windows than one batch then trains no step"
     )
     device: Literal["cpu", "cuda", "auto"] = Field(

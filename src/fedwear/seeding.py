@@ -23,7 +23,7 @@ def derive_seed(seed: int, purpose: str, round: int = 0, client: str = "") -> in
 
 
 def client_schedule(seed: int, clients: list[str], rounds: int, per_round: int) -> list[list[str]]:
-    """Clients of every round, drawn up front uniformly without replacement (ProtoHAR, SPECS A3)."""
+    """Clients of every round, drawn up front uniformly without replacement (ProtoHAR's code, cheng-haha/ProtoHAR serverProtoHAR.py)."""
     rng = np.random.default_rng(derive_seed(seed, "schedule"))
     ids = sorted(clients)
     return [sorted(rng.choice(ids, per_round, replace=False).tolist()) for _ in range(rounds)]

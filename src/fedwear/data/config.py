@@ -38,7 +38,7 @@ class SyntheticConfig(Strict):
 
 
 class HeartRateConfig(Strict):
-    """Cleaning of the heart-rate datasets (README sections 3-5, SPECS 1.1)."""
+    """Cleaning of the heart-rate datasets (README sections 3-5; pcfedh/pcfedh get_data_ppg.py, get_data_multi.py)."""
 
     drives: list[int] = Field(
         [3, 4, 5, 6, 7], min_length=1,
@@ -52,7 +52,7 @@ class HeartRateConfig(Strict):
 
 
 class ForecastConfig(Strict):
-    """Next-value forecasting windows (regression datasets; PCFedH, SPECS 1.1)."""
+    """Next-value forecasting windows (regression datasets; PCFedH, pcfedh/pcfedh)."""
 
     skip_last: bool = Field(
         False,
@@ -68,7 +68,7 @@ class ForecastConfig(Strict):
 
 class SourceConfig(Strict):
     """One dataset merged into a ``merged`` federation (``dataset.sources``; Meta-HAR's merged
-    HHAR + USC-HAD set, SPECS 2.1): loaded by its own module, relabelled, resampled, tagged."""
+    HHAR + USC-HAD set, its Sec. 4.1): loaded by its own module, relabelled, resampled, tagged."""
 
     name: str = Field(description="the source's dataset module, e.g. usc_had, uci_hapt")
     tag: str | None = Field(
@@ -150,7 +150,7 @@ class DatasetConfig(Strict):
         "train split (client) or all training clients' train splits pooled (global); group: one "
         "mean/std per sensor (channels named <sensor>_<axis>: acc_x..acc_z share one, gyro_* "
         "another) per group of recordings sharing dataset.normalize_group, from the training "
-        "clients' train windows of that group (FedAli: per phone model, SPECS B3); fixed: divide "
+        "clients' train windows of that group (FedAli: per phone model, getalp/FedAli Data_HHAR_FL.py); fixed: divide "
         "by dataset.scale. Forecasting targets are scaled with the inputs (client, group: not "
         "available) and predictions are mapped back for the metrics",
     )
@@ -165,7 +165,7 @@ class DatasetConfig(Strict):
         description="the windows normalize=client|global|group takes its statistics from: train "
         "(the train splits, as above); all_leaky: every window (train, val and test) of the "
         "client, of all clients (held-out ones included) or of the group, as FedAli's code "
-        "computes them before its split (SPECS B3); test statistics then leak into training",
+        "computes them before its split (Data_HHAR_FL.py); test statistics then leak into training",
     )
     scale: float = Field(
         100.0, gt=0, description="normalize=fixed: the divisor (PCFedH divides heart rate by 100)"
@@ -176,8 +176,8 @@ class DatasetConfig(Strict):
         "time",
         description="time: time-ordered per class with a one-window gap (forecasting: per series, "
         "the first windows train, the last test_fraction test); stratified: random stratified (the "
-        "papers' way); fewshot: ProtoHAR's per-class cap (SPECS A2); kfold: FedAli's split "
-        "(SPECS B3), scikit-learn StratifiedKFold(dataset.folds, shuffle=False) on the client's "
+        "papers' way); fewshot: ProtoHAR's per-class cap (DataSplitting.py); kfold: FedAli's split "
+        "(processFLData.py), scikit-learn StratifiedKFold(dataset.folds, shuffle=False) on the client's "
         "windows in recording order, the last round(test_fraction * folds) folds test (10 folds "
         "and 0.3: folds 7-9), i.e. about the last test_fraction of each class; val is the last "
         "val_fraction of each class's train windows. FedAli does not purge: set purge=false",
@@ -208,7 +208,7 @@ class DatasetConfig(Strict):
         min_length=1,
         description="partition=natural: the recording keys whose combination is one client: "
         "subject, session or metadata a loader sets (device, position, source), e.g. "
-        "[subject, device] for HHAR, [subject, position] for RealWorld (SPECS B3). Client ids join "
+        "[subject, device] for HHAR, [subject, position] for RealWorld (FedAli's Datasets/*_FL.py). Client ids join "
         "the values in this order with '-' (subject as s01: s01, s01-nexus4); a value a recording "
         "lacks is left out; clients are sorted by the values (numbers numerically)",
     )
@@ -220,7 +220,7 @@ class DatasetConfig(Strict):
         0,
         description="label skew: classes removed from each client at random, always keeping at "
         "least one: k (exactly k each, ProtoHAR) or a range [lo, hi] (a number drawn uniformly "
-        "in lo..hi per client; Meta-HAR removes 0 to 2: [0, 2], SPECS 2.1)",
+        "in lo..hi per client; Meta-HAR removes 0 to 2: [0, 2], its Sec. 4.1)",
     )
     min_windows: int = Field(2, ge=1, description="clients with fewer train windows are dropped")
     held_out: int | list[str] = Field(
@@ -229,7 +229,7 @@ class DatasetConfig(Strict):
     held_out_per: str | None = Field(
         None,
         description="draw held_out clients within each value of this recording meta key (source: "
-        "one per source of a merged dataset, Meta-HAR's two meta-test users, SPECS 2.1); null: "
+        "one per source of a merged dataset, Meta-HAR's two meta-test users, its Sec. 4.2); null: "
         "from all clients",
     )
     max_clients: int | None = Field(
@@ -241,7 +241,7 @@ class DatasetConfig(Strict):
         description="name=merged: the datasets merged into one federation, each relabelled into "
         "the unified class list (the mapped names in order of first appearance) and resampled to "
         "dataset.rate_hz (required) or its own rate_hz; subjects become <tag>-s01 and every "
-        "recording carries meta source=<tag> (Meta-HAR's merged set, SPECS 2.1)",
+        "recording carries meta source=<tag> (Meta-HAR's merged set, its Sec. 4.1)",
     )
 
     synthetic: SyntheticConfig = SyntheticConfig()
@@ -251,7 +251,7 @@ class DatasetConfig(Strict):
     # loaders
     faithful: bool = Field(
         False,
-        description="read the data with the seed papers' alignment quirks (SPECS B3): HHAR's gyro "
+        description="read the data with the seed papers' alignment quirks (FedAli's Data_HHAR_FL.py, Data_RealWorld_FL.py): HHAR's gyro "
         "taken at the acc rows' indices of Phones_gyroscope.csv and FedAli's run-length filter, "
         "RealWorld's gyro replaced by resampled acc when acc is over 100 samples longer and its "
         "length-based pairing; false: acc and gyro aligned on their timestamps (docs/datasets.md)",
@@ -367,10 +367,10 @@ QUIET_DEFAULTS: dict[str, object] = {
     "faithful": False, "schema_file": None, "preset": None, "sources": [], "held_out_per": None,
 }
 
-_PROTOHAR = {  # SPECS A2 (USC-HAD, HARBox) and A3: no normalisation, "20k2p" few-shot clients
+_PROTOHAR = {  # cheng-haha/ProtoHAR's data scripts and runexp.sh: no normalisation, "20k2p" few-shot clients
     "normalize": "none", "split": "fewshot", "shots": 20, "drop_classes": 2, "purge": False,
 }
-_FEDALI = {  # SPECS B3: 128 samples at 50 Hz, 50% overlap, StratifiedKFold 7/3 without purge
+_FEDALI = {  # getalp/FedAli Datasets/*_FL.py, processFLData.py: 128 samples at 50 Hz, 50% overlap, StratifiedKFold 7/3 without purge
     "window": 128, "stride": 64, "split": "kfold", "folds": 10, "test_fraction": 0.3,
     "purge": False, "normalize": "group", "normalize_group": ["device"],
     "normalize_from": "all_leaky",

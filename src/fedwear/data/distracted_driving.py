@@ -1,4 +1,4 @@
-"""The distracted-driving dataset's heart rate as a forecasting dataset (PCFedH, SPECS 1.1).
+"""The distracted-driving dataset's heart rate as a forecasting dataset (PCFedH, pcfedh/pcfedh get_data_multi.py).
 
 Dataset: S. Taamneh et al., "A multimodal dataset for various forms of distracted driving",
 Scientific Data 4:170110, 2017. One 1 Hz series per subject and drive (drives 3-7 by default,

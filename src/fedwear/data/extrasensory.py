@@ -20,7 +20,7 @@ The class is the example's main activity, the one of the six exclusive labels ``
 ``SITTING``, ``OR_standing``, ``FIX_walking``, ``FIX_running``, ``BICYCLING`` marked 1 (the
 "main activity" group of the paper); an example with none or several marked is UNLABELLED.
 Examples without a gyro file (or with ``nan``) are left out, counted in one warning per user.
-The watch and the other sensors are not read. FedMAT uses ExtraSensory (SPECS 3.1) without
+The watch and the other sensors are not read. FedMAT uses ExtraSensory (its poster) without
 describing its preprocessing; no preset is offered.
 
 Not confirmed from a citable source (the raw archives' README was not available): the 40 Hz

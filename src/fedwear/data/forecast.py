@@ -1,4 +1,4 @@
-"""Next-value forecasting windows and the chronological split (PCFedH's task, SPECS 1.1).
+"""Next-value forecasting windows and the chronological split (PCFedH's task, pcfedh/pcfedh).
 
 A window is ``length`` past values and its target is the value right after them: input
 ``v[i : i + length]``, target ``v[i + length]``, stride 1. No input contains its own target or
@@ -20,7 +20,7 @@ from fedwear.data.preprocess import channel_stats
 from fedwear.data.types import ClientData, Recording, Windows
 from fedwear.errors import ConfigError, DataError
 
-#: PCFedH's history length: 150 values (300 s of PPG-DaLiA's 0.5 Hz HR), SPECS 1.1.
+#: PCFedH's history length: 150 values (300 s of PPG-DaLiA's 0.5 Hz HR), pcfedh/pcfedh get_data_ppg.py.
 DEFAULT_LENGTH = 150
 
 
@@ -30,7 +30,7 @@ def next_value_windows(values: np.ndarray, length: int = DEFAULT_LENGTH,
     target (float32 ``[N, length]`` and ``[N]``; none when the series is too short).
 
     ``skip_last`` leaves out the last window, as PCFedH's distracted-driving loader does
-    (``range(len(hr) - 151)``, SPECS 1.1 step 3); its PPG-DaLiA loader keeps every window.
+    (``range(len(hr) - 151)`` in ``get_data_multi.py``); its PPG-DaLiA loader keeps every window.
     """
     v = np.asarray(values, dtype=np.float32).reshape(-1)
     n = len(v) - length - (1 if skip_last else 0)
@@ -61,7 +61,7 @@ def series_windows(rec: Recording, cfg: DatasetConfig) -> tuple[Windows, Windows
     the last ``test_fraction`` test, the ``val_fraction`` before them val (PCFedH: 0.2 and 0).
 
     With ``heart_rate.zeros: drop_windows`` a window whose values or target hold a zero is
-    dropped before the split (PCFedH's distracted-driving code, SPECS 1.1 step 4)."""
+    dropped before the split (PCFedH's distracted-driving code, ``get_data_multi.py``)."""
     length, fc = cfg.window, cfg.forecast
     x, y = next_value_windows(rec.signal[:, 0], length, fc.skip_last)
     start = np.arange(len(y), dtype=np.int64)
@@ -119,7 +119,7 @@ def forecast_clients(recordings: list[Recording], cfg: DatasetConfig, seed: int
             tr, va, te = series_windows(recordings[i], cfg)
             for w in (tr, va, te):
                 w.recording[:] = i
-            if len(te):  # PCFedH skips a series with an empty test side (SPECS 1.1 step 6)
+            if len(te):  # PCFedH skips a series with an empty test side (``get_data_multi.py``)
                 parts.append((tr, va, te))
         train, val, test = (_concat([p[k] for p in parts], cfg.window) for k in range(3))
         if len(train) < cfg.min_windows:

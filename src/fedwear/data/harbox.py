@@ -4,7 +4,7 @@ Dataset: X. Ouyang, Z. Xie, J. Zhou, J. Huang, G. Xing, "ClusterFL: A Similarity
 Learning System for Human Activity Recognition", MobiSys 2021; data in the public repository
 ``xmouyang/FL-Datasets-for-HAR`` (``datasets/HARBox/large_scale_HARBox.zip``).
 
-Layout (SPECS A7, the repository's README and ProtoHAR's ``harbox_subdata.py``, SPECS A2):
+Layout (xmouyang/FL-Datasets-for-HAR's README and ProtoHAR's ``harbox_subdata.py``):
 ``large_scale_HARBox/{user}/{Class}_train.txt`` for users 1..121 (ProtoHAR reads 1..120) and the
 classes ``Call``, ``Hop``, ``typing``, ``Walk``, ``Wave`` (labels 0..4 in that order; a user need
 not have every class). The README: 9-axis IMU data of the users' own Android phones (77 models),

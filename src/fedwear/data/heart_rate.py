@@ -3,7 +3,7 @@
 Each reader takes the dataset folder and returns a list of :class:`HRSeries` (float32 bpm),
 in natural subject order (``S2`` before ``S10``). The formats below are those described in
 ``shared/data/README.md`` sections 3-5; the cleaning of the distracted-driving data follows
-PCFedH's code as summarised in ``shared/papers/SPECS.md`` section 1.1. Every file may also be
+PCFedH's code (pcfedh/pcfedh ``get_data_multi.py``). Every file may also be
 stored gzipped as ``X.gz``; when both ``X`` and ``X.gz`` exist, ``X`` is read.
 
 PPG-DaLiA HR (:func:`read_ppg_dalia`, README section 3)
@@ -11,13 +11,13 @@ PPG-DaLiA HR (:func:`read_ppg_dalia`, README section 3)
     The values are PPG-DaLiA's ground truth (the ``label`` field of its ``S*.pkl``), computed
     from the chest ECG over 8 s windows shifted by 2 s, so **0.5 Hz**. Every line is a value:
     PCFedH's loader reads these files with a header row and so drops the first value of each
-    subject (README section 3 "Quirk", SPECS 1.1); here it is kept (S1 has 4603 values).
+    subject (README section 3 "Quirk"; ``get_data_ppg.py``); here it is kept (S1 has 4603 values).
     The original PPG-DaLiA layout ``S1/S1.pkl`` .. ``S15/S15.pkl`` is read too: a pickled dict
     (written by Python 2, hence ``encoding="latin1"``) whose ``label`` key holds the same HR
     array. Unpickling can run code: only read pkl files from the dataset's own distribution.
     When the folder holds any ``S*.csv``, the csv layout is used and pkl files are ignored.
 
-Distracted driving (:func:`read_distracted_driving`, README section 4, SPECS 1.1)
+Distracted driving (:func:`read_distracted_driving`, README section 4, ``get_data_multi.py``)
     ``TNNN.csv`` per subject (68 files, numbering with gaps), comma-separated with a quoted
     header, ``NA`` for missing values, one row per second (**1 Hz**; ``Time`` restarts at 1 in
     each drive). ``Drive`` is 1..8; like PCFedH, only drives 3-7 are kept by default.
@@ -72,7 +72,7 @@ __all__ = [
 PPG_DALIA_RATE_HZ = 0.5
 #: One row per second (README section 4).
 DISTRACTED_RATE_HZ = 1.0
-#: The drives PCFedH keeps (README section 4, SPECS 1.1: drives 0, 1, 2 and 8 are dropped).
+#: The drives PCFedH keeps (README section 4, ``get_data_multi.py``: drives 0, 1, 2 and 8 are dropped).
 DISTRACTED_DRIVES = (3, 4, 5, 6, 7)
 
 _HR_COLUMN = "Heart.Rate"
@@ -225,7 +225,7 @@ def read_distracted_csv(
 ) -> list[tuple[int, np.ndarray]]:
     """``[(drive, hr)]`` of one distracted-driving file, drives ascending, for the drives in
     ``drives``: ``Heart.Rate`` in file order without ``NA`` (and without zeros when
-    ``drop_zeros``), float32 bpm (README section 4, SPECS 1.1); drives left empty are omitted."""
+    ``drop_zeros``), float32 bpm (README section 4, ``get_data_multi.py``); drives left empty are omitted."""
     wanted = {_HR_COLUMN, _DRIVE_COLUMN}
     try:
         frame = pd.read_csv(read_stream(path), usecols=lambda c: c in wanted, na_values=["NA"])
@@ -264,7 +264,7 @@ def read_distracted_driving(
     order (``"T001"`` ..), drives ascending, session ``"drive{n}"``.
 
     Kept: drives ``drives`` (PCFedH's 3-7 by default), ``Heart.Rate`` with ``NA`` removed and,
-    when ``drop_zeros`` (default), zero HR removed (README section 4, SPECS 1.1). A subject with
+    when ``drop_zeros`` (default), zero HR removed (README section 4, ``get_data_multi.py``). A subject with
     no value left is logged as a warning and has no series."""
     drives = tuple(int(d) for d in drives)
     if not drives:

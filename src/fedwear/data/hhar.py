@@ -5,7 +5,7 @@ T. Sonne, M. M. Jensen, "Smart Devices are Different: Assessing and Mitigating M
 Heterogeneities for Activity Recognition", SenSys 2015 (UCI ML Repository, dataset 344,
 CC BY 4.0).
 
-Layout (the dataset's readme; SPECS B9): ``Activity recognition exp/`` holds
+Layout (the dataset's readme): ``Activity recognition exp/`` holds
 ``Phones_accelerometer.csv``, ``Phones_gyroscope.csv``, ``Watch_accelerometer.csv`` and
 ``Watch_gyroscope.csv``, each with the header ``Index,Arrival_Time,Creation_Time,x,y,z,User,
 Model,Device,gt``: ``User`` a..i (9 users), ``Model`` the device model (phones: nexus4, s3,
@@ -25,7 +25,7 @@ the nearest acc sample; ``null`` is UNLABELLED. Recording: subject = user letter
 ``acc_x..z, gyro_x..z``. Clients are user x model with ``dataset.client_by: [subject, device]``
 (the two units of a model pooled, as FedAli), 36 of them.
 
-``dataset.faithful: true`` reproduces FedAli's ``Data_HHAR_FL.py`` (SPECS B3): per (user, model)
+``dataset.faithful: true`` reproduces FedAli's ``Data_HHAR_FL.py`` (getalp/FedAli): per (user, model)
 the acc rows in file order (both units of the model, as one sequence), and as gyro the rows of
 ``Phones_gyroscope.csv`` **at the same row positions** as those acc rows (the code's fallback
 after its gyro selection ``Device == model`` matches nothing), so gyro belongs to other moments,

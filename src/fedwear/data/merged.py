@@ -1,6 +1,6 @@
 """Several activity datasets merged into one federation (``dataset.name: merged``).
 
-Meta-HAR's "merged" stress test (Li et al., WWW 2021; SPECS 2.1) federates HHAR and USC-HAD
+Meta-HAR's "merged" stress test (Li et al., WWW 2021, Sec. 4.1) federates HHAR and USC-HAD
 together: each dataset keeps its users, its activities are renamed into one label space (5 of
 its 7 activities shared) and each is resampled to its own rate (HHAR 25 Hz, USC-HAD 50 Hz) so
 that windows of the same length in samples cover the same tensor. HHAR is not among our data;

@@ -27,7 +27,7 @@ laundry, 19 house cleaning, 20 playing soccer, 24 rope jumping. The 12 protocol 
 How fedwear reads it: one Recording per file (subject ``"101"``.., session ``protocol`` or
 ``optional``), 40 channels in column order: ``heart_rate``, then per IMU (``hand``, ``chest``,
 ``ankle``) ``temp``, ``acc16_x..z``, ``acc6_x..z``, ``gyro_x..z``, ``mag_x..z`` (the 4 invalid
-orientation columns are not read). This is ProtoHAR's 40-channel input (SPECS A2 guesses the
+orientation columns are not read). This is ProtoHAR's 40-channel input (a guess at the
 same composition; its code for PAMAP2 is not released). Labels: activity 0 is UNLABELLED; the
 other IDs index :data:`CLASS_NAMES` in ID order (``dataset.classes`` selects by that index; the
 ``protohar`` preset keeps the 12 protocol activities). Missing values (NaN): heart rate and

@@ -4,16 +4,16 @@ Order (fixed): partition -> label skew -> per-client split -> ``min_windows`` ->
 ``max_clients`` -> ``held_out`` -> normalisation.
 
 * ``natural``: one client per distinct combination of the ``client_by`` recording keys; by
-  default one per subject (the usual HAR FL setting, e.g. ProtoHAR, SPECS A2), or e.g. per
-  (user, phone model) on HHAR and per (subject, body position) on RealWorld (FedAli, SPECS B3).
+  default one per subject (the usual HAR FL setting, e.g. ProtoHAR's uschad_subdata.py), or e.g. per
+  (user, phone model) on HHAR and per (subject, body position) on RealWorld (FedAli's Data_HHAR_FL.py, Data_RealWorld_FL.py).
 * ``dirichlet``: per class, windows are shared over ``num_clients`` clients with
   Dirichlet(alpha) proportions (Hsu, Qi and Brown, "Measuring the effects of non-identical data
   distribution for federated visual classification", 2019), in groups of overlapping windows so
   that no two clients hold overlapping windows. Windows keep their recording/start, so the later
   per-client split is still leak-free.
 * ``drop_classes``: label skew, each client loses ``k`` of its classes at random, keeping at
-  least one; labels are not remapped (ProtoHAR's ``stdv``, SPECS A2 step 1). With a range
-  ``[lo, hi]`` each client draws its ``k`` uniformly in ``lo..hi`` (Meta-HAR: 0 to 2, SPECS 2.1).
+  least one; labels are not remapped (ProtoHAR's ``stdv``, cheng-haha/ProtoHAR ``data/DataSplitting.py``). With a range
+  ``[lo, hi]`` each client draws its ``k`` uniformly in ``lo..hi`` (Meta-HAR: 0 to 2, its Sec. 4.1).
 * A merged dataset's subjects carry their source's tag (``usc_had-s01``); that is their client
   id, with or without ``source`` in ``client_by``. ``info["client_meta"]`` / ``info["sources"]``
   give each client's source (:func:`client_info`).
@@ -22,7 +22,7 @@ Normalisation (``dataset.normalize``) z-scores every window with statistics of t
 clients' train splits only (``normalize_from: all_leaky`` widens that to every window, as FedAli's
 code does): per client, pooled (``global``), or per group of recordings sharing the
 ``normalize_group`` keys with one scalar per sensor (``group``, FedAli's per-phone-model acc and
-gyro statistics, SPECS B3). A window's group is its recording's, so a client whose recordings
+gyro statistics, getalp/FedAli Data_HHAR_FL.py). A window's group is its recording's, so a client whose recordings
 span groups (e.g. one subject, four phones) is normalised window by window.
 """
 
@@ -181,9 +181,9 @@ def drop_classes(
 ) -> np.ndarray:
     """``idx`` without ``min(k, n_classes - 1)`` of its classes, chosen at random.
 
-    ``k`` is a count (ProtoHAR, SPECS A2) or a range ``(lo, hi)``: the count is then drawn
+    ``k`` is a count (ProtoHAR's DataSplitting.py) or a range ``(lo, hi)``: the count is then drawn
     uniformly in ``lo..hi`` first, from the same generator (Meta-HAR removes 0 to 2 activities
-    per user, SPECS 2.1). A count's draws are those of the count alone."""
+    per user, Meta-HAR Sec. 4.1). A count's draws are those of the count alone."""
     have = np.unique(y[idx])
     if not isinstance(k, int | np.integer):
         lo, hi = k
@@ -200,7 +200,7 @@ def split_off_new(clients: list[ClientData], cfg: DatasetConfig, seed: int,
     """(training clients, new clients): the first ``dataset.max_clients`` clients, of which the
     ``dataset.held_out`` ones never train (:func:`held_out_ids`), drawn within each value of the
     recordings' ``dataset.held_out_per`` meta key when it is set (Meta-HAR's merged set: one
-    meta-test user from each source, SPECS 2.1)."""
+    meta-test user from each source, Meta-HAR Sec. 4.2)."""
     if cfg.max_clients is not None:
         clients = clients[: cfg.max_clients]
     ids = [c.client_id for c in clients]
@@ -289,7 +289,7 @@ def _normalise_groups(
     recordings: list[Recording],
 ) -> dict[str, object]:
     """``normalize: group``: one mean/std per sensor per group of recordings sharing the values
-    of ``cfg.normalize_group`` (FedAli: per phone model, acc and gyro scalars, SPECS B3), from
+    of ``cfg.normalize_group`` (FedAli: per phone model, acc and gyro scalars, Data_HHAR_FL.py), from
     the training clients' train windows of the group (every window of every client with
     ``all_leaky``). Each window is scaled with its own recording's group statistics."""
     keys = cfg.normalize_group
@@ -394,7 +394,7 @@ def client_info(
     cfg: DatasetConfig,
 ) -> dict[str, object]:
     """What the recordings' metadata says about each client, for splitting results (e.g. by
-    source, Meta-HAR's merged set, SPECS 2.1): nothing when no recording carries metadata (so
+    source, Meta-HAR's merged set, its Sec. 4.1): nothing when no recording carries metadata (so
     the info of such datasets is as before).
 
     ``client_meta``: per client (training and held-out), each meta key's value over the

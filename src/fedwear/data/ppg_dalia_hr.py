@@ -1,4 +1,4 @@
-"""PPG-DaLiA heart rate as a forecasting dataset (PCFedH's first dataset, SPECS 1.1).
+"""PPG-DaLiA heart rate as a forecasting dataset (PCFedH's first dataset, pcfedh/pcfedh get_data_ppg.py).
 
 Dataset: A. Reiss, I. Indlekofer, P. Schmidt, K. Van Laerhoven, "Deep PPG: Large-Scale Heart
 Rate Estimation with Convolutional Neural Networks", Sensors 19(14):3079, 2019 (CC BY 4.0 on the

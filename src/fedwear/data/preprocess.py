@@ -201,7 +201,7 @@ def window_starts(labels: np.ndarray, window: int, stride: int, tail: bool = Fal
     Within each run the windows start at the run's first sample and step by ``stride``. With
     ``tail``, a run whose last window ends more than one sample before the run's end also gets
     the trailing window ``x[-window:]`` (it overlaps the previous one), as ProtoHAR's USC-HAD
-    script does (``uschad_subdata.py``, SPECS A2: ``if s*i + 512 < N - 1``).
+    script does (cheng-haha/ProtoHAR ``uschad_subdata.py``: ``if s*i + 512 < N - 1``).
     """
     n = len(labels)
     if n < window:
@@ -313,7 +313,7 @@ def sensor_stats(xs: list[np.ndarray], channels: list[str]) -> tuple[np.ndarray,
     """One mean and one std per sensor (:func:`sensor_of`), pooled over all its channels, windows
     and time steps of the ``[N, T, C]`` arrays in ``xs``, returned per channel (a sensor's
     channels share the values) for :func:`apply_stats`. FedAli's code normalises this way: one
-    scalar for acc (3 axes pooled) and one for gyro (SPECS B3). Two passes, float64 accumulators,
+    scalar for acc (3 axes pooled) and one for gyro (FedAli's Data_HHAR_FL.py). Two passes, float64 accumulators,
     population std; a std below 1e-8 becomes 1."""
     c = len(channels)
     mean, std = np.zeros(c, np.float64), np.ones(c, np.float64)

@@ -4,7 +4,7 @@ Dataset: T. Sztyler and H. Stuckenschmidt, "On-body Localization of Wearable Dev
 Investigation of Position-Aware Activity Recognition", PerCom 2016 (University of Mannheim,
 ``realworld2016_dataset.zip``).
 
-Layout (SPECS B3, B9; FedAli's ``Data_RealWorld_FL.py``): ``proband{1..15}/data/`` holds, per
+Layout (the dataset's archive, as FedAli's ``Data_RealWorld_FL.py`` reads it): ``proband{1..15}/data/`` holds, per
 sensor and activity, a zip ``{sensor}_{activity}_csv.zip`` (``acc_``, ``gyr_``; other sensors are
 not read). Inside: ``acc_{activity}_{position}.csv`` / ``Gyroscope_{activity}_{position}.csv``,
 or, for an activity recorded in several parts, nested zips ``{sensor}_{activity}_{n}_csv.zip``
@@ -21,7 +21,7 @@ gyro_x..z`` at 50 Hz. Clients: ``dataset.client_by: [subject, position]`` (105, 
 
 ``dataset.faithful: false`` (default): acc and gyro are aligned on ``attr_time``, both
 interpolated onto one 50 Hz grid over the span both cover (a gap over 0.5 s in either starts a
-new recording). ``dataset.faithful: true`` reproduces FedAli's pairing by length (SPECS B3):
+new recording). ``dataset.faithful: true`` reproduces FedAli's pairing by length (``Data_RealWorld_FL.py``):
 with ``La``, ``Lg`` the row counts, gyro longer by more than 100 is resampled to ``La`` samples;
 acc longer by more than 100 makes **gyro the acc signal resampled to ``Lg`` samples** (the
 code's bug); then when the counts of 128/64 windows differ by at most 10 both are cut to the
@@ -130,7 +130,7 @@ def _faithful_pair(acc: np.ndarray, gyr: np.ndarray, where: str) -> np.ndarray |
     if lg - la > FAITHFUL_SLACK:
         gyr = resample(gyr, la, axis=0)
     elif la - lg > FAITHFUL_SLACK:
-        gyr = resample(acc, lg, axis=0)  # the code resamples ACC here (SPECS B3 bug)
+        gyr = resample(acc, lg, axis=0)  # the code resamples ACC here (a bug of Data_RealWorld_FL.py)
 
     def count(n: int) -> int:
         return len(range(0, n - FAITHFUL_WINDOW, FAITHFUL_STEP))

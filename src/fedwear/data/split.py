@@ -9,10 +9,10 @@ Modes (``dataset.split``):
   from the end of the train side the same way.
 * ``stratified``: random stratified split (scikit-learn ``train_test_split``), as most HAR FL
   papers do; non-stratified when a class has fewer than 2 windows.
-* ``fewshot``: ProtoHAR's per-class cap (SPECS A2 step 2; Cheng et al., ProtoHAR, IEEE JBHI 2023):
+* ``fewshot``: ProtoHAR's per-class cap (cheng-haha/ProtoHAR ``data/DataSplitting.py``; Cheng et al., ProtoHAR, IEEE JBHI 2023):
   ``tr = min(int(0.7 n), shots)``, re-drawn in ``shots-2..shots+1`` when capped,
   ``te = max(int(tr * 0.3 / 0.7), 1)``, shuffle, train first ``tr``, test next ``te``.
-* ``kfold``: FedAli's split (SPECS B3 "Per-client split", ``processFLData.py``): scikit-learn
+* ``kfold``: FedAli's split (getalp/FedAli ``processFLData.py``): scikit-learn
   ``StratifiedKFold(n_splits=folds, shuffle=False)`` on the client's windows in (recording,
   start) order; the windows of the last ``round(test_fraction * folds)`` folds are test (10
   folds, 0.3: folds 7-9), the others train. Without shuffle each class's windows go to the folds
@@ -111,7 +111,7 @@ def _random_cut(
 def _fewshot(
     w: Windows, idx: np.ndarray, cfg: DatasetConfig, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """ProtoHAR's per-class few-shot train/test selection (SPECS A2 step 2)."""
+    """ProtoHAR's per-class few-shot train/test selection (``DataSplitting.py``)."""
     p_tr, p_te = 1.0 - cfg.test_fraction, cfg.test_fraction
     trains, tests = [], []
     for c in np.unique(w.y[idx]):
@@ -143,7 +143,7 @@ def n_test_folds(folds: int, test_fraction: float) -> int:
 
 
 def kfold_cut(y: np.ndarray, folds: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, test)`` positions into ``y`` of FedAli's split (SPECS B3): StratifiedKFold(folds,
+    """``(train, test)`` positions into ``y`` of FedAli's split (``processFLData.py``): StratifiedKFold(folds,
     shuffle=False), the last :func:`n_test_folds` folds test. Empty train (the client is then
     dropped) when ``y`` is too small to split: fewer than ``folds`` windows, or every class has
     fewer than ``folds``. A class with fewer windows than folds (scikit-learn warns; silenced

@@ -18,7 +18,7 @@ class Recording:
 
     ``meta`` holds what else identifies where the recording comes from, as strings keyed by
     name: e.g. ``device`` (HHAR's phone model), ``position`` (RealWorld's body position),
-    ``source`` (the dataset, when datasets are combined); SPECS B3, B9. A loader sets only the
+    ``source`` (the dataset, when datasets are combined). A loader sets only the
     keys it knows (empty by default); ``subject`` and ``session`` are fields, never meta keys
     (:data:`RESERVED_KEYS`). Partitions and normalisation groups are keyed by these names
     (``dataset.client_by``, ``dataset.normalize_group``; :func:`key_value`).

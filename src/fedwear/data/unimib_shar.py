@@ -3,7 +3,7 @@
 Dataset: D. Micucci, M. Mobilio, P. Napoletano, "UniMiB SHAR: A Dataset for Human Activity
 Recognition Using Acceleration Data from Smartphones", Applied Sciences 7(10):1101, 2017.
 
-Layout (SPECS A7; the dataset's ``data/`` folder): ``data/acc_data.mat`` holds the variable
+Layout (the dataset's ``data/`` folder): ``data/acc_data.mat`` holds the variable
 ``acc_data``, 11,771 rows x 453 columns: one 151-sample window per row, the x axis in columns
 1-151, y in 152-302, z in 303-453, acceleration in m/s², 50 Hz (Samsung Galaxy Nexus in a trouser
 pocket), each window centred on an acceleration peak. ``data/acc_labels.mat`` holds

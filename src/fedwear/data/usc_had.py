@@ -2,7 +2,7 @@
 
 Dataset: M. Zhang and A. A. Sawchuk, "USC-HAD: A Daily Activity Dataset for Ubiquitous Activity
 Recognition Using Wearable Sensors", UbiComp SAGAware workshop, 2012. Layout and quirks:
-shared/data/README.md section 1. As in ProtoHAR's code (SPECS A2), the label comes from the file
+shared/data/README.md section 1. As in ProtoHAR's code (``data/uschad/uschad_subdata.py``), the label comes from the file
 name ``a{act}t{trial}.mat`` (activity - 1), not from the ``activity_number`` field, which is
 misspelt in one file and wrong in another.
 

@@ -2,7 +2,7 @@
 
 AUC: ``macro_ovr`` is sklearn's macro one-vs-rest AUC on softmax probabilities over the
 classes present in the client's labels (classes with no positive or no negative are skipped);
-``micro_logits`` is ProtoHAR's choice (SPECS A5): micro AUC of raw logits against the
+``micro_logits`` is ProtoHAR's choice (cheng-haha/ProtoHAR userbase.py): micro AUC of raw logits against the
 one-hot labels over all Q classes.
 
 Macro-F1 and AUC are sklearn's definitions (``f1_score(average="macro", zero_division=0)``,
@@ -85,7 +85,7 @@ LOWER_IS_BETTER: frozenset[str] = frozenset({"mse", "mae", "mape", "loss"})
 
 def client_weights(how: str, n_test: np.ndarray, n_train: np.ndarray | None) -> np.ndarray:
     """Weights of the over-clients mean (``evaluation.client_weights``): test windows (Eq. 12 of
-    ProtoHAR's paper), train windows (ProtoHAR's code, SPECS A5) or uniform."""
+    ProtoHAR's paper), train windows (ProtoHAR's serverbase.py) or uniform."""
     n_test = np.asarray(n_test, float)
     if how == "test":
         return n_test
@@ -106,7 +106,7 @@ def rows_summary(rows: list[dict], metric: str, how: str) -> dict[str, float]:
 
 def regression_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     """MSE, MAE and MAPE (in %, ``100 * mean(|y - pred| / |y|)``: sklearn's
-    ``mean_absolute_percentage_error`` times 100, as PCFedH's tables print it, SPECS 1.5) of one
+    ``mean_absolute_percentage_error`` times 100, as PCFedH's tables print it; validators.py) of one
     client, in the targets' units (bpm for heart rate)."""
     y, pred = np.asarray(y, np.float64), np.asarray(pred, np.float64)
     if len(y) == 0:

@@ -40,7 +40,7 @@ def naive_rows(series: dict[str, np.ndarray], length: int = 150, train_fraction:
 
 
 def over_clients(values: np.ndarray, ddof: int = 0) -> tuple[float, float]:
-    """Unweighted mean and std over clients (PCFedH's "a±b", SPECS 1.5); ``ddof=0``: the
+    """Unweighted mean and std over clients (PCFedH's "a±b", pcfedh/pcfedh validators.py); ``ddof=0``: the
     population std, ``ddof=1``: the sample std."""
     v = np.asarray(values, np.float64)
     v = v[~np.isnan(v)]

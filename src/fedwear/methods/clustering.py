@@ -1,4 +1,5 @@
-"""Prototypical federated clustering: PCFedH module 1's client and server steps (SPECS 1.3).
+"""Prototypical federated clustering: PCFedH module 1's client and server steps (Algorithm 1;
+the code: pcfedh/pcfedh).
 
 Client: one K-means step on the local features starting from the global prototypes
 (:func:`local_kmeans_step`), the clusters' concentrations (:func:`concentration`, PCL's
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.cluster import KMeans
 
-#: PCFedH's code replaces empty counts by this fraction of the client's windows (SPECS 1.3 S1).
+#: PCFedH's code replaces empty counts by this fraction of the client's windows.
 EMPTY_SHARE = 1e-4
 
 
@@ -31,7 +32,7 @@ def local_kmeans_step(features: np.ndarray, init: np.ndarray | None, k: int, see
 
 
 def concentration(features: np.ndarray, centres: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """PCL's density per cluster, as PCFedH's code computes it (SPECS 1.3 step 3):
+    """PCL's density per cluster, as PCFedH's code (pcfedh/pcfedh) computes it:
     ``mean distance to the centre / log(n + 10)``; clusters with at most one point get the
     largest value; then clipped to the 10th-90th percentile and scaled to mean 0.2."""
     k = len(centres)
@@ -67,7 +68,7 @@ def aggregate_prototypes(shares: np.ndarray, local: np.ndarray) -> np.ndarray:
 
 
 def proto_nce_loss(z: torch.Tensor, prototypes: torch.Tensor, density: torch.Tensor) -> torch.Tensor:
-    """ProtoNCE as PCFedH's code applies it (SPECS 1.3 d): each sample's positive is its most
+    """ProtoNCE as PCFedH's code (pcfedh/pcfedh) applies it: each sample's positive is its most
     similar (cosine) prototype; the logits of row h are ``z_h . c / phi_c`` over the batch's
     positives (column h is row h's own) followed by every prototype no sample chose; the target
     of row h is column h. ``z`` and ``prototypes`` are L2-normalised here."""

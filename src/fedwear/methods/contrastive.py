@@ -1,4 +1,5 @@
-"""TS2Vec's contextual-consistency losses and crops, as PCFedH's module 1 uses them (SPECS 1.3).
+"""TS2Vec's contextual-consistency losses and crops, as PCFedH's module 1 uses them
+(pcfedh/pcfedh; after yuezhihan/ts2vec ``ts2vec.py``).
 
 Two views of a batch, ``z1`` and ``z2`` (``[B, T, D]``, the encoder's outputs on two
 overlapping crops, aligned on their common steps), are pulled together:
@@ -68,7 +69,7 @@ def hierarchical_contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, alpha: flo
 
 def overlapping_crops(length: int, batch: int, min_crop: int, generator: torch.Generator
                       ) -> tuple[int, int, int, int, torch.Tensor]:
-    """TS2Vec's random cropping (SPECS 1.3 b): a common segment ``[left, right)`` of
+    """TS2Vec's random cropping, as pcfedh/pcfedh runs it: a common segment ``[left, right)`` of
     ``crop ~ U{min_crop..length}`` steps, view 1 ``[eleft, right)`` and view 2
     ``[left, eright)`` around it, and a per-sample shift that keeps both views inside the series.
     Returns ``(eleft, left, right, eright, offsets)``; PCFedH's code: ``min_crop = length - 20``.

@@ -1,5 +1,5 @@
 """FedALA (Zhang et al., "FedALA: Adaptive Local Aggregation for Personalized Federated Learning",
-AAAI 2023, section "Adaptive Local Aggregation (ALA)"): a PCFedH Table 2 baseline (SPECS 1.6).
+AAAI 2023, section "Adaptive Local Aggregation (ALA)"): a PCFedH Table 2 baseline.
 
 Each client keeps its whole model between rounds. When it receives the global model ``w_g`` it
 initialises its local model by ALA instead of overwriting it:
@@ -20,8 +20,8 @@ model and the server takes FedAvg's sample-weighted mean.
 Choices where the method leaves room, each stated:
 
 * The part of the data: ``rand_percent`` % of the train windows (at least one) as **one random
-  contiguous slice**, run in order without shuffling, as the authors' ``ALA.py`` and SPECS 1.6
-  describe it. For the forecasting datasets the windows are chronological, so the slice is one
+  contiguous slice**, run in order without shuffling, as the authors' ``ALA.py`` (TsingZ0/FedALA
+  ``system/utils/ALA.py``) does it. For the forecasting datasets the windows are chronological, so the slice is one
   stretch of the client's recording; its start is drawn from ``derive_seed(seed, "ala")``.
 * A pass's loss is the mean of its mini-batch losses (the authors' code records the loss of
   the pass's last batch, which can be a batch of one window); the stopping rule needs
@@ -34,8 +34,8 @@ Choices where the method leaves room, each stated:
 * The evaluated personal model is the client's model after its last local training; a client
   that has not trained yet uses the global model. New clients use the global model (FedAvg).
 
-Defaults ``rand_percent=10, layer_idx=2, eta=0.1``: PCFedH's solver (``shared/papers/SPECS.md``
-section 1.6); ``threshold=0.1`` and ``loss_window=10``: the authors' ``ALA.py`` defaults.
+Defaults ``rand_percent=10, layer_idx=2, eta=0.1``: PCFedH's solver
+(pcfedh/pcfedh ``solvers.py``); ``threshold=0.1`` and ``loss_window=10``: the authors' ``ALA.py`` defaults.
 """
 
 from __future__ import annotations
@@ -59,14 +59,14 @@ class FedALAOptions(Options):
     rand_percent: int = Field(
         10, gt=0, le=100,
         description="percent of the client's train windows (one random contiguous slice) that W is learnt on "
-        "(PCFedH's solver, SPECS 1.6: 10)",
+        "(PCFedH's solvers.py: 10)",
     )
     layer_idx: int = Field(
         2, ge=0,
         description="number of top parameter tensors aggregated with learnt weights W; the others are taken from "
-        "the global model; 0: all of them (PCFedH's solver, SPECS 1.6: 2, i.e. the head's weight and bias)",
+        "the global model; 0: all of them (PCFedH's solvers.py: 2, i.e. the head's weight and bias)",
     )
-    eta: float = Field(0.1, gt=0, description="learning rate of the weights W (PCFedH's solver, SPECS 1.6: 0.1)")
+    eta: float = Field(0.1, gt=0, description="learning rate of the weights W (PCFedH's solvers.py: 0.1)")
     threshold: float = Field(
         0.1, ge=0,
         description="first ALA: passes repeat until the std of the last loss_window pass losses is below this "

@@ -1,5 +1,5 @@
 """FedAli (Ek, Wang, Portet, Lalanda, Cao, "FedAli: Personalized Federated Learning with Aligned
-Prototypes through Optimal Transport", 2024; Algorithm 1, SPECS B4-B5).
+Prototypes through Optimal Transport", 2024; Algorithm 1; getalp/FedAli).
 
 FedAvg on HART with ALP layers (``models/hart.py``, ``models/alp.py``): clients train the
 whole model (the ALP layers align tokens to the global prototypes and move their local
@@ -13,22 +13,22 @@ prototypes by EMA inside the forward pass); the server
    centroid, where the code would have crashed);
 3. sets the global **and** the local prototypes to those means (the local reset of Sec. 4; the
    code's ``usePersonalPrototype=False``), so the global model (global view) matches tokens to
-   them at inference (SPECS B5 step 5).
+   them at inference (getalp/FedAli).
 
 beta (the ALP's ``beta`` buffers, sent with the weights) is ``first_round_beta`` in fedwear's
-round 1, the authors' round 0 (their ``main.py`` trains round 0 with influenceFactor 0.0, SPECS
-B4 Δ; fedwear's rounds count from 1, ``engines/runner.py``), and the model's
+round 1, the authors' round 0 (their ``main.py`` trains round 0 with influenceFactor 0.0, which
+the paper does not say; fedwear's rounds count from 1, ``engines/runner.py``), and the model's
 ``alp.beta`` afterwards; the server's own model (``global_message``) always holds the model's
 beta, as the code's server model was built with it.
 
-The code evaluates each client right after its local training (SPECS B7), with its own
+The code evaluates each client right after its local training (getalp/FedAli), with its own
 updated local prototypes: ``evaluation.personal_model: trained``, a setting of the protocol that
 applies to every method (``configs/fedali/``). With ``personal_prototypes`` a client keeps its
 local prototypes and starts each round from them instead of the server's (the code's
 ``usePersonalPrototype=True``).
 
 The model must be ``hart`` (its ``alp`` options, or the ALP defaults when they are absent).
-Training defaults of the paper and the code (SPECS B4) are config keys, not options: Adam lr
+Training defaults of the paper and the code (getalp/FedAli main.py) are config keys, not options: Adam lr
 1e-4 (Keras' eps 1e-7; torch's Adam uses 1e-8), 5 local epochs, batch 64, all clients every
 round, no gradient clipping, and evaluation batch 32 for ``liteformer: code``.
 
@@ -61,7 +61,7 @@ LOCAL, GLOBAL, BETA = "local_prototypes", "global_prototypes", "beta"
 class FedAliOptions(Options):
     first_round_beta: float | None = Field(
         0.0, ge=0, le=1, description="beta of fedwear's round 1 (the code's round 0): 0.0 as the code's main.py "
-        "(SPECS B4); null: model.options.alp.beta from the start (the paper)",
+        "(getalp/FedAli); null: model.options.alp.beta from the start (the paper)",
     )
     personal_prototypes: bool = Field(
         False, description="clients start each round from their own local prototypes instead of the server's "
@@ -73,7 +73,7 @@ class FedAliOptions(Options):
 
 def kmeans_prototypes(points: np.ndarray, init: np.ndarray, max_iter: int = 300, tol: float = 1e-4,
                       seed: int = 0) -> np.ndarray:
-    """SPECS B5 step 3: Lloyd k-means of ``points`` (n x d) from the centres ``init`` (G x d), then
+    """As getalp/FedAli's server (sklearn KMeans, n_init=1): Lloyd k-means of ``points`` (n x d) from the centres ``init`` (G x d), then
     the mean of the points of each final cluster (float32). A cluster with no point keeps its
     k-means centre. One thread: bit-identical on every run and engine."""
     from sklearn.cluster import KMeans
@@ -141,7 +141,7 @@ class FedAli(FedAvg):
 
     def aggregate(self, server: Record, replies: dict[str, Record], round: int, plan=None) -> Record:
         """Weighted mean of every array (Eq. 1), then per block k-means of the clients' local
-        prototypes into the global and local prototypes (Algorithm 1; SPECS B5 steps 2-4)."""
+        prototypes into the global and local prototypes (Algorithm 1; getalp/FedAli)."""
         if not replies:
             return server
         reps = [replies[c] for c in sorted(replies)]

@@ -84,9 +84,9 @@ class FedAvg(Method):
     def optimizer(self, model: nn.Module, parts: tuple[str, ...], state: Record, name: str = "model",
                   lr: float | None = None, scheduled: bool = True) -> LocalOptimizer:
         """A named optimiser over ``parts``; restored from ``state`` when ``optimizer.persist``
-        (one optimiser per client kept across rounds: ProtoHAR's code, SPECS A3). ``scheduled=False``
+        (one optimiser per client kept across rounds: ProtoHAR's code, cheng-haha/ProtoHAR useravg.py). ``scheduled=False``
         holds the learning rate the schedule has reached and never steps it (Meta-HAR's
-        fine-tuning steps the user's optimiser but not its scheduler, SPECS 2.4); the kept
+        fine-tuning steps the user's optimiser but not its scheduler, Chain123/Meta-HAR met-har.py); the kept
         scheduler position is then left as it was."""
         o = self.task.config.optimizer
         opt = make_optimizer(part_parameters(model, parts), o.name, lr or o.lr, o.momentum, o.weight_decay, o.eps)
@@ -146,7 +146,7 @@ class FedAvg(Method):
 
     def criterion(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The task's loss on model outputs: cross-entropy, or for regression the mean squared
-        error of the single output (PCFedH's predictor loss, SPECS 1.4)."""
+        error of the single output (PCFedH's predictor loss, Eq. 11)."""
         if self.task.kind == "regression":
             return F.mse_loss(out.squeeze(-1), y)
         return F.cross_entropy(out, y)

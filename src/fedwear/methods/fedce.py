@@ -1,8 +1,8 @@
 """FedCE (Cai, Chen, Cao et al., "FedCE: Personalized Federated Learning Method based on
 Clustering Ensembles", ACM Multimedia 2023, p. 1625-1633, doi:10.1145/3581783.3612217): a PCFedH
-Table 2 baseline (SPECS 1.6).
+Table 2 baseline.
 
-**No code of FedCE is public** (SPECS 1.6: "code not found"), and the paper's own text was not
+**No code of FedCE is public**, and the paper's own text was not
 available either: searches of stored web pages, documentation, issue threads and source code for
 its title, DOI and authors found nothing beyond the citation. Its section and equation numbers
 therefore cannot be cited. What follows is reconstructed from these sources, tagged below:
@@ -17,8 +17,8 @@ therefore cannot be cited. What follows is reconstructed from these sources, tag
   size, K clusters, d model size): every cluster model is evaluated, plus a sort over K.
 * [P-5.2] PCFedH section 5.2.1, conclusion 1: the methods with regularised local updates are
   FedSoft, FedProx and PCFedH; FedCE is not among them, so its local update overwrites.
-* [S] ``shared/papers/SPECS.md`` 1.6: "loss over several batches as client distribution
-  features, soft clustering ensemble".
+* [S] FedCE's title ("... based on Clustering Ensembles") read with [P-2.2]: a soft clustering
+  ensemble over the losses of several batches as client distribution features.
 * [CN] Patent CN116522184B (Beijing Jiaotong University, filed 2023-03-29, "federated learning
   method and system based on data distribution similarity fuzzy clustering"); only its abstract
   was found: all cluster models are broadcast; a client computes the cluster models' losses,
@@ -61,7 +61,7 @@ would start from; a new client does the same (``adapt``, no training). There is 
 model (``global_message`` is None). A client keeps nothing between rounds except the optimiser
 state when ``optimizer.persist``.
 
-Defaults: ``clusters=4`` is PCFedH's K for PPG-DaLiA (SPECS 1.3; 5 for distracted driving), as
+Defaults: ``clusters=4`` is PCFedH's K for PPG-DaLiA (pcfedh/pcfedh main.py; 5 for distracted driving), as
 FedCE's own K is unknown; ``feature_batches=5`` (I: [P-2.2] and [S] say "multiple" / "several"
 batches, no number); ``associated=1`` (I: [P-2.2]'s single dominant cluster; [CN]'s N is "a
 parameter determined in advance according to the number of clusters and the number of
@@ -91,7 +91,7 @@ class FedCEOptions(Options):
     clusters: int = Field(
         4, ge=1,
         description="K cluster models on the server (FedCE's own K is unknown: PCFedH's code uses 4 for PPG-DaLiA, "
-        "5 for distracted driving; SPECS 1.3)",
+        "5 for distracted driving; pcfedh/pcfedh main.py)",
     )
     feature_batches: int = Field(
         5, ge=1,

@@ -1,5 +1,5 @@
 """FedMAT (Shen, Feng, Song, Teso, Giunchiglia, Xu, IJCAI 2022: federated multi-task attention
-for cross-individual HAR), as its code runs (SPECS 3.3-3.4), on ``model: fedmat``
+for cross-individual HAR), as its code runs (Super-Shen/FedMAT iLog_train.py), on ``model: fedmat``
 (``models/fedmat.py``: a shared network and a client network whose attention masks read the
 shared network's activations).
 
@@ -50,8 +50,8 @@ FC = "head.fc."
 
 
 class FedMATOptions(Options):
-    lam: float = Field(0.5, gt=0, le=1, description="server step lambda (SPECS 3.3: the code's 0.5)")
-    scale: float = Field(10.0, gt=0, description="gamma of the pairwise loss (SPECS 3.3, as Meta-HAR)")
+    lam: float = Field(0.5, gt=0, le=1, description="server step lambda (Super-Shen/FedMAT iLog_train.py: 0.5)")
+    scale: float = Field(10.0, gt=0, description="gamma of the pairwise loss (Super-Shen/FedMAT iLog_train.py: 10, as Meta-HAR)")
 
 
 class FedMAT(FedAvg):

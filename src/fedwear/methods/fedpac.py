@@ -1,12 +1,12 @@
 """FedPAC (Xu, Tong, Huang, "Personalized Federated Learning with Feature Alignment and Classifier
 Collaboration", ICLR 2023; the authors' code: github.com/JianXu95/FedPAC @ 5770f4f, files
-``methods/fedpac.py``, ``tools.py``, ``running.py``), as the FedAli authors ran it (SPECS B6,
+``methods/fedpac.py``, ``tools.py``, ``running.py``), as the FedAli authors ran it (getalp/FedAli fed_util.py,
 ``getalp/FedAli`` @ 65bb0c4, ``fed_util.py::fedPac_Trainer`` / ``get_head_agg_weight_optimized``).
 
 The model is split into a feature extractor (``body``, averaged by the server) and a classifier
 head that each client trains and that the server *combines* per client.
 
-Client i, one round (SPECS B6):
+Client i, one round (getalp/FedAli fed_util.py):
 
 1. **head step**: the body frozen, the head trains ``head_epochs`` (1) epochs with cross-entropy
    at ``head_lr_factor`` (10) x ``optimizer.lr`` (FedAli: Adam 1e-3 when the body uses 1e-4;
@@ -37,7 +37,7 @@ Client i, one round (SPECS B6):
 
 The client replies with its body, its trained head, the prototypes and counts, ``h`` and ``v``.
 
-Server (SPECS B6; the authors' ``running.py::train_round_fedpac``):
+Server (getalp/FedAli fed_util.py; the authors' ``running.py::train_round_fedpac``):
 
 - body: the sample-weighted mean (FedAvg) of the round's bodies;
 - global prototypes ``P̄``: per class the count-weighted mean of the round's class means
@@ -60,7 +60,7 @@ Server (SPECS B6; the authors' ``running.py::train_round_fedpac``):
 
 Where fedwear decides:
 
-- **Evaluation** (``evaluate_head``). SPECS B6: FedAli measures personalisation *before* head
+- **Evaluation** (``evaluate_head``). getalp/FedAli fed_util.py measures personalisation *before* head
   aggregation, so by default a client is evaluated with the head it just trained (kept in its
   state) on the server's current body; the combined head is only where its next round starts.
   ``evaluate_head: combined`` evaluates with the combined head instead (what the authors' code
@@ -114,30 +114,30 @@ COMBINED = "combined/"
 class FedPACOptions(Options):
     lamda: float = Field(
         1.0, ge=0, description="weight of the feature-alignment MSE in the body step: 1.0 in FedAli's code "
-        "(fedPacFit's lamda, SPECS B4) and the authors' (--lam 1.0)",
+        "(fedPacFit's lamda, getalp/FedAli fed_util.py) and the authors' (--lam 1.0)",
     )
     head_lr_factor: float = Field(
         10.0, gt=0, description="head-step learning rate = this x optimizer.lr: FedAli's Adam(clientLearningRate * 10) "
-        "(SPECS B6), the authors' code 0.1 for a 0.01 body",
+        "(getalp/FedAli fed_util.py), the authors' code 0.1 for a 0.01 body",
     )
     head_epochs: int = Field(
-        1, ge=0, description="epochs of the head step per round: 1 in FedAli's code (SPECS B6) and the authors' "
+        1, ge=0, description="epochs of the head step per round: 1 in FedAli's code (fed_util.py) and the authors' "
         "(epoch_classifier = 1); the body step runs local_epochs",
     )
     eig_clip: float = Field(
         0.01, ge=0, description="eigenvalues of diag(v) + D below this are dropped before the QP (both codes: "
-        "evals >= 0.01 kept; SPECS B6); an absolute threshold",
+        "evals >= 0.01 kept); an absolute threshold",
     )
     alpha_floor: float = Field(
         1e-3, ge=0, lt=1, description="combination weights below this are zeroed, the rest renormalised (both "
-        "codes: eps 1e-3; SPECS B6)",
+        "codes: eps 1e-3)",
     )
     statistics: Literal["trained", "received"] = Field(
-        "trained", description="h and v from the body after local training (FedAli's code, SPECS B6) or as "
+        "trained", description="h and v from the body after local training (FedAli's fed_util.py) or as "
         "received, before the body step (the authors' code)",
     )
     evaluate_head: Literal["trained", "combined"] = Field(
-        "trained", description="personal views use the head the client just trained (SPECS B6: measured before "
+        "trained", description="personal views use the head the client just trained (FedAli's fed_util.py: measured before "
         "head aggregation) or the server's combined head (the authors' code, next round's start)",
     )
 

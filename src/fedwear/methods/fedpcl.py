@@ -24,7 +24,7 @@ small projection network on top; no weights cross the network, only class protot
 
 Deviations, all fedwear's (the code runs on images and classifies by the nearest local
 prototype; PCFedH, Yin et al. FITEE 2025, Table 2, compares against FedPCL on heart-rate
-forecasting without saying how its authors adapted it: SPECS 1.6, "not described"):
+forecasting without saying how its authors adapted it):
 
 - **Prediction path.** A head (Linear(d, outputs)) on ``z`` trained with the task's loss: the
   objective is ``criterion(head(z), y) + ld · (L_g + L_p)``. fedwear's evaluation needs a model
@@ -75,7 +75,7 @@ BACKBONE = "body.0"
 class FedPCLOptions(TargetBinOptions):
     temperature: float = Field(
         0.07, gt=0, description="temperature tau of L_g and L_p (Tan et al. 2022, Sec. 4.2); the "
-        "authors' code: ConLoss(temperature=0.07); SPECS 1.6",
+        "authors' code: ConLoss(temperature=0.07), yuetan031/FedPCL",
     )
     projection_dim: int = Field(
         256, ge=1, description="output size d of the projection network; the authors' code: "

@@ -19,7 +19,7 @@ the run's schedule (the code trains every client every round: ``clients_per_roun
 
 **Regression (heart-rate forecasting): fedwear's adaptation.** FedProto is defined for class
 labels only. PCFedH (Yin et al., FITEE 2025, Table 2) reports FedProto on heart-rate forecasting
-but does not say how its authors turned it into a regressor (SPECS 1.6: "not described"), so
+but does not say how its authors turned it into a regressor, so
 what runs here is our choice, and results rows are marked as such:
 
 - the prototypes are keyed by *target bins* instead of classes: a target's value in its own

@@ -1,4 +1,4 @@
-"""FedReptile (Meta-HAR's baseline, SPECS 2.4; Reptile: Nichol, Achiam and Schulman 2018): the
+"""FedReptile (Meta-HAR's baseline, Chain123/Meta-HAR reptile.py; Reptile: Nichol, Achiam and Schulman 2018): the
 whole classifier meta-learned federatedly with cross-entropy and Reptile steps, then fine-tuned by
 each user with cross-entropy.
 

@@ -7,7 +7,7 @@ finds, for each of its train windows, the cluster model with the lowest loss, co
 cluster (``n_ik``), keeps ``u_ik = n_ik / n_i`` (empty: ``smoother``) and sends the counts; the
 server sets ``v_ik = n_ik / sum_j n_jk``. Training rounds are
 :class:`fedwear.methods.soft_clustering.SoftClustered`'s: ``per_cluster`` clients drawn per cluster
-by ``v_.k``, the proximal local objective, cluster models as plain means (SPECS 1.6: the same as
+by ``v_.k``, the proximal local objective, cluster models as plain means (ycruan/FedSoft servers.py; the same as
 PCFedH's module 2; only how ``u`` is obtained differs). It is PCFedH's "w/o DCP" ablation
 (Table 3). ``rounds`` counts the estimation rounds too: 500 training rounds with
 ``estimation_interval: 1`` take ``rounds: 1000``; ``evaluation.every`` counts training rounds.
@@ -30,7 +30,7 @@ ESTIMATE, TRAIN = 1, 2
 
 class FedSoftOptions(SoftClusterOptions):
     estimation_interval: int = Field(
-        1, ge=1, description="training rounds between importance estimations (SPECS 1.6: every round)"
+        1, ge=1, description="training rounds between importance estimations (ycruan/FedSoft: every round)"
     )
 
 

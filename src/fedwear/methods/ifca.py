@@ -1,5 +1,5 @@
 """IFCA (Ghosh et al., "An Efficient Framework for Clustered Federated Learning", NeurIPS 2020,
-Algorithm 2 with model averaging): a PCFedH Table 2 baseline (SPECS 1.6).
+Algorithm 2 with model averaging): a PCFedH Table 2 baseline.
 
 The server keeps ``clusters`` models (``cluster{k}.<param>``), started from K independent random
 initialisations (``derive_seed(seed, "cluster", k)``, as PCFedH's cluster models). Each client
@@ -16,8 +16,8 @@ Evaluation: a client's personal model is the cluster model with the lowest loss 
 train split at evaluation time (``personalize``); a new client chooses the same way (``adapt``,
 no training). There is no single global model (``global_message`` is None).
 
-Default ``clusters=4``: the K PCFedH's code uses for PPG-DaLiA (``shared/papers/SPECS.md``
-section 1.3; 5 for distracted driving).
+Default ``clusters=4``: the K PCFedH's code uses for PPG-DaLiA (pcfedh/pcfedh main.py; 5 for
+distracted driving).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class IFCAOptions(Options):
     clusters: int = Field(
         4, ge=1,
         description="K cluster models on the server (PCFedH's code: 4 for PPG-DaLiA, 5 for distracted driving; "
-        "SPECS 1.3)",
+        "pcfedh/pcfedh main.py)",
     )
 
 

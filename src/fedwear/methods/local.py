@@ -1,6 +1,6 @@
 """Local / SOLO: every client trains its own model alone; nothing is communicated.
 
-As in ProtoHAR's ``serverlocal.py`` (SPECS A6): all clients train ``local_epochs`` every
+As in ProtoHAR's ``serverlocal.py`` (cheng-haha/ProtoHAR): all clients train ``local_epochs`` every
 round, so ``rounds x local_epochs`` epochs in total.
 """
 

@@ -1,11 +1,11 @@
 """What Meta-HAR, FedReptile and FedMAT share: the pairwise similarity loss, the Reptile server
 step, and per-client heads over the client's own classes.
 
-* Pairwise loss (Meta-HAR Eq. 4-5, SPECS 2.3): a shuffled batch of 2P windows is split into
+* Pairwise loss (Meta-HAR Eq. 4-5; Chain123/Meta-HAR): a shuffled batch of 2P windows is split into
   halves and window h is paired with window h + P; ``Phi = gamma * cos(e_h, e_{h+P})`` and the
   loss is binary cross-entropy with logits of Phi against "same activity" (the code's
   ``softplus(Phi) - y * Phi``), averaged over the P pairs. gamma = 10 (the code's ``Expand``).
-* Reptile step (Nichol et al. 2018; Meta-HAR Sec. 4.2, SPECS 2.4): ``theta <- theta + sigma *
+* Reptile step (Nichol et al. 2018; Meta-HAR Sec. 4.2; Chain123/Meta-HAR met-har.py): ``theta <- theta + sigma *
   (mean_u theta_u - theta)`` over every array the clients return (batch-norm statistics
   included, as the code); the mean is unweighted (the code) or weighted by train windows, and
   with sigma = 1 and weighted means it is FedAvg's aggregation.

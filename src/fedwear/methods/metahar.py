@@ -1,8 +1,8 @@
 """Meta-HAR (Li, Niu, Jiang, Zuo, Yang, WWW 2021): a federated, meta-learned signal embedding and
 a personal head per user over the user's own activities.
 
-Federated rounds (SPECS 2.4-2.5): each sampled user trains the embedding network (``body``;
-``model: deepsense``, SPECS 2.2) with the pairwise similarity loss (Eq. 4-5,
+Federated rounds (Chain123/Meta-HAR met-har.py): each sampled user trains the embedding network (``body``;
+``model: deepsense``, its ``har_model.py``) with the pairwise similarity loss (Eq. 4-5,
 ``methods/meta.py::pairwise_loss``) and the server takes a Reptile step ``theta + sigma *
 (mean theta_u - theta)`` over every array, batch-norm statistics included (sigma = 1, the
 code's default: FedAvg of the embedding, unweighted). The training settings are config keys
@@ -56,13 +56,13 @@ from fedwear.seeding import derive_seed
 
 
 class MetaHAROptions(Options):
-    sigma: float = Field(1.0, gt=0, le=1, description="Reptile outer step size (SPECS 2.4: the code's 1.0 = FedAvg)")
-    scale: float = Field(10.0, gt=0, description="gamma of the pairwise loss (the code's Expand = 10, SPECS 2.3)")
+    sigma: float = Field(1.0, gt=0, le=1, description="Reptile outer step size (Chain123/Meta-HAR met-har.py: 1.0 = FedAvg)")
+    scale: float = Field(10.0, gt=0, description="gamma of the pairwise loss (the code's Expand = 10, Chain123/Meta-HAR)")
     weighted: bool = Field(False, description="weight the users' mean by train windows (the code: unweighted)")
     finetune: Literal["two_stage", "merged", "separated"] = Field(
         "two_stage", description="personalisation (Table 3): pairwise then joint CE (two_stage), joint CE only "
         "(merged), or pairwise then CE of the head on a frozen embedding (separated)")
-    finetune_epochs: int = Field(10, ge=1, description="epochs per stage for budget n: finetune_epochs x n (SPECS 2.4)")
+    finetune_epochs: int = Field(10, ge=1, description="epochs per stage for budget n: finetune_epochs x n (Chain123/Meta-HAR met-har.py: 10)")
     pair_chunk: int | None = Field(64, ge=1, description="stage 1 pairs the first 2 x pair_chunk windows of each "
                                    "batch (the code's chunk); null: the whole batch")
     head_lr: float = Field(1e-3, gt=0, description="stage 2's fresh Adam learning rate (the code)")

@@ -1,6 +1,6 @@
 """PCFedH (Yin et al., FITEE 2025): prototypical clustered FL for heart-rate forecasting.
 
-Paper: ``shared/papers/pcfedh.md``; the code's behaviour: ``shared/papers/SPECS.md`` 1.3-1.4.
+Paper: Yin et al., FITEE 2025, Algorithms 1-2; the code: pcfedh/pcfedh at commit e0c8fca.
 A run has three phases, one after another in the round count:
 
 1. Rounds ``1 .. pcl_rounds``: module 1, prototypical contrastive federated clustering
@@ -10,7 +10,7 @@ A run has three phases, one after another in the round count:
    SWA copy, clusters its SWA features with one K-means step from the global prototypes and
    replies encoder, prototypes, concentrations and the counts of its windows per prototype.
    The server averages the encoders and combines prototypes and concentrations with each
-   client's share of each cluster (Eq. 9-10; the code's weighting, SPECS 1.3).
+   client's share of each cluster (Eq. 9-10; the code's weighting).
 2. Round ``pcl_rounds + 1``: data categorisation. Each client counts its windows per prototype:
    ``u_ik = n_ik / n_i`` stays on the client, the server keeps ``v_ik = n_ik / sum_i n_ik``.
 3. The rest: soft clustered FL (Algorithm 2). Per cluster k the server draws ``per_cluster``
@@ -20,14 +20,14 @@ A run has three phases, one after another in the round count:
    cluster model to the plain mean of the personal models drawn for it. Evaluation: each
    client's personal predictor, counted from the start of this phase (``evaluation.every``).
 
-``variant: code`` (default, the published numbers came from it) and ``paper`` differ where
-SPECS 1.3 / section 4 lists: the encoder mean (unweighted vs n_i-weighted), prototypes and
+``variant: code`` (default, the published numbers came from it) and ``paper`` differ where the
+code departs from the paper: the encoder mean (unweighted vs n_i-weighted), prototypes and
 concentrations (share-weighted vs plain mean), the InfoNCE (TS2Vec's hierarchical
 instance + temporal loss vs instance-level only), the encoder's mode while counting (train
 mode, with random masking and dropout, vs eval mode) and, in module 1, what a client's windows
 are counted against (the centroids of its own K-means step of the previous round, as the
 code's client counts with its ``self.prototypes`` after ``_local_cluster`` overwrote them, vs
-the global prototypes it receives). Defaults: the code's (SPECS 1.3-1.4),
+the global prototypes it receives). Defaults: the code's,
 for PPG-DaLiA; the distracted-driving config sets K = 5, M = 20 and encoder lr 1e-2.
 
 Ablations (Table 3): ``no_pcl`` trains the encoder on InfoNCE only, ``no_cre`` clusters raw
@@ -80,7 +80,7 @@ def module_arrays(module: nn.Module) -> dict[str, np.ndarray]:
 
 
 class PCFedHOptions(SoftClusterOptions):
-    variant: Literal["code", "paper"] = Field("code", description="code: the authors' code (SPECS 1.3); paper: as the paper writes it")
+    variant: Literal["code", "paper"] = Field("code", description="code: the authors' code (pcfedh/pcfedh); paper: as the paper writes it")
     pcl_rounds: int = Field(10, ge=1, description="R_pcl, rounds of module 1 (the code uses the round-9 checkpoint: 10)")
     encoder_lr: float = Field(1e-3, gt=0, description="AdamW lr of the encoder (code: 1e-3 PPG-DaLiA, 1e-2 distracted)")
     encoder_batch: int = Field(16, ge=1, description="encoder batch (code: 16)")
@@ -118,7 +118,7 @@ class PCFedH(SoftClustered):
         return CATEGORISE if round == self.opt.pcl_rounds + 1 else SOFT
 
     def evaluation_due(self, round: int, every: int, last: int) -> bool:
-        """Only soft-clustering rounds, counted from the first (SPECS 1.4: t = 99, 199, ...)."""
+        """Only soft-clustering rounds, counted from the first (the code: t = 99, 199, ...)."""
         t = round - self.opt.pcl_rounds - 1
         return t >= 1 and (t % every == 0 or round == last)
 
@@ -210,7 +210,7 @@ class PCFedH(SoftClustered):
 
     def counts(self, down: Record, data: ClientData, centres: np.ndarray | None = None) -> np.ndarray:
         """``n_ik``: the client's train windows nearest (cosine) to each of ``centres`` (default: the
-        global prototypes), with the received encoder (code: in train mode, SPECS 1.3 S1); zeros
+        global prototypes), with the received encoder (code: in train mode); zeros
         before global prototypes exist."""
         k = self.opt.clusters
         if PROTO not in down.arrays:
@@ -228,7 +228,7 @@ class PCFedH(SoftClustered):
         return self.encoder
 
     def fit_encoder(self, down: Record, state: Record, data: ClientData, seed: int) -> tuple[Record, Record]:
-        """Algorithm 1, one round of one client (SPECS 1.3 steps 1-4)."""
+        """Algorithm 1, one round of one client, in the code's order."""
         own = state.arrays.get(LOCAL_PROTO) if self.opt.variant == "code" else None
         counts = self.counts(down, data, own)
         x = tensors(data)[0]
@@ -253,7 +253,7 @@ class PCFedH(SoftClustered):
                          batch_size=self.opt.encoder_batch, generator=torch.Generator().manual_seed(seed),
                          loss_fn=lambda m, xb, _: self.encoder_loss(m, xb, target, gen),
                          after_step=lambda: swa.update_parameters(encoder))
-            opt.end_epoch()  # the encoder's StepLR steps once per round (SPECS 1.3)
+            opt.end_epoch()  # the encoder's StepLR steps once per round (as the code's)
             kept = {**{SWA + k: v for k, v in module_arrays(swa).items()}, **opt.state_arrays()}
             z = self.features(swa.module, x)
         else:
@@ -271,7 +271,7 @@ class PCFedH(SoftClustered):
 
     def encoder_loss(self, encoder: nn.Module, q: torch.Tensor, target: tuple[torch.Tensor, torch.Tensor] | None,
                      gen: torch.Generator) -> torch.Tensor:
-        """``alpha * InfoNCE + ProtoNCE`` on one batch (Eq. 6; SPECS 1.3 a-e)."""
+        """``alpha * InfoNCE + ProtoNCE`` on one batch (Eq. 6, as the code computes it)."""
         length = q.shape[1]
         eleft, left, right, eright, offsets = overlapping_crops(length, len(q), length - self.opt.crop_margin, gen)
         crop = right - left
@@ -292,7 +292,7 @@ class PCFedH(SoftClustered):
         return self.fit_soft(down, state, data, seed, 0.0, {n: down.arrays[own + n] for n in self.initial})
 
     def personal_predictor(self, down, state):
-        """Each client's own predictor (SPECS 1.5); ``no_sc``: its cluster's model."""
+        """Each client's own predictor (the code's validators.py); ``no_sc``: its cluster's model."""
         model = self.load(Record(), state)
         if self.opt.ablation == "no_sc" and U in state.arrays and down.scalars.get("phase") == SOFT:
             own = CLUSTER.format(int(np.argmax(state.arrays[U])))

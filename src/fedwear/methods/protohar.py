@@ -12,7 +12,7 @@ The server averages phi weighted by train windows (Eq. 7) and the prototypes per
 (Eq. 8), rebuilding them from the round's clients only (a class no client returned is absent).
 
 ``variant: code`` (default, since the paper's numbers came from it) keeps the authors' code's
-local prototype (SPECS A4): its accumulation guard compares the embedding *dimension* with 100,
+local prototype (cheng-haha/ProtoHAR userProtoHAR.py): its accumulation guard compares the embedding *dimension* with 100,
 so P_i^(j) is the embedding of the first class-j sample of the first body epoch scaled by 1/n_j
 (unscaled when re-weighting). ``variant: paper`` is the Eq. 4 class mean after local training.
 """
@@ -35,8 +35,8 @@ from fedwear.methods.training import weighted_mean
 
 
 class ProtoHAROptions(FedRepOptions):
-    head_epochs: int = Field(1, ge=0, description="E_h: the code's plocal_steps default 1 (SPECS A3); the paper's default ratio is 3:7")
-    head_lr: float | None = Field(0.01, gt=0, description="lr of the head step: the code's personal_learning_rate 0.01 (SPECS A3)")
+    head_epochs: int = Field(1, ge=0, description="E_h: the code's plocal_steps default 1 (cheng-haha/ProtoHAR main.py); the paper's default ratio is 3:7")
+    head_lr: float | None = Field(0.01, gt=0, description="lr of the head step: the code's personal_learning_rate 0.01 (cheng-haha/ProtoHAR main.py)")
     lamda: float = Field(1.0, ge=0, description="lambda of Eq. 6: 1 for USC-HAD, UNIMIB, HARBOX, 10 for PAMAP2 (paper; code's runexp.sh)")
     distance: Literal["l2", "l1", "cosine"] = Field("l2", description="L_R: l2 = nn.MSELoss over all B x k entries (paper and code default)")
     reweight: float | None = Field(None, ge=0, description="epsilon of Eq. 5 (re-weighted prototypes, Table IV); null: off (the main runs)")

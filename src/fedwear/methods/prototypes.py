@@ -8,7 +8,7 @@ Eq. 3; ProtoHAR, Cheng et al. IEEE JBHI 2023, Eq. 4). On the wire a client's pro
 For a regression task (heart-rate forecasting) the "classes" are *target bins*
 (:func:`target_bins`, options :class:`TargetBinOptions`): fedwear's adaptation, since neither
 FedProto nor FedPCL has one and PCFedH (Yin et al., FITEE 2025), which compares against both on
-heart rate, does not say how its authors made them regress (SPECS 1.6: "not described").
+heart rate, does not say how its authors made them regress.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def aggregate(replies: Iterable[Record], weighted: bool) -> tuple[np.ndarray, np
 
     ``weighted``: class j's prototype is the count-weighted mean (ProtoHAR Eq. 8, without its
     stray 1/m); otherwise the plain mean over the clients that returned class j (FedProto's
-    ``proto_aggregation``, also ProtoHAR's code, SPECS A4). A class no client returned is
+    ``proto_aggregation``, also ProtoHAR's code, cheng-haha/ProtoHAR serverProtoHAR.py). A class no client returned is
     absent (mask 0), as both codes rebuild the prototypes from the round's clients.
     """
     replies = list(replies)
@@ -80,8 +80,8 @@ class TargetBinOptions(Options):
 
     bin_low: float = Field(
         40.0, description="regression only: lower edge of the first target bin, in the target's "
-        "units (bpm); fedwear's choice (the paper gives none, SPECS 1.6): 40 bpm is below resting "
-        "heart rate in PPG-DaLiA and distracted driving (subject means 71-126 bpm, SPECS 1.1)",
+        "units (bpm); fedwear's choice (the PCFedH paper gives none): 40 bpm is below resting "
+        "heart rate in PPG-DaLiA and distracted driving (subject means 71-126 bpm)",
     )
     bin_width: float = Field(
         10.0, gt=0, description="regression only: width of every target bin in the target's units; "

@@ -1,5 +1,5 @@
 """Soft clustered FL, the part FedSoft and PCFedH share (FedSoft: Ruan and Joe-Wong, AAAI 2022,
-Algorithm 1; PCFedH: Yin et al., FITEE 2025, Algorithm 2 and Eq. 11-12; SPECS 1.4 and 1.6).
+Algorithm 1; PCFedH: Yin et al., FITEE 2025, Algorithm 2 and Eq. 11-12; pcfedh/pcfedh and ycruan/FedSoft servers.py).
 
 The server keeps K cluster models (``cluster{k}.<param>``, K independent initialisations) and,
 per client i, its share ``v_i`` of each cluster (``v.<client>``, ``v_ik = n_ik / sum_j n_jk``).
@@ -99,7 +99,7 @@ class SoftClustered(ClusterModels):
         return Selection([c for c in all_clients if c in chosen], plan)
 
     def average_clusters(self, arrays: dict[str, np.ndarray], replies: dict[str, Record], plan: Plan | None) -> None:
-        """Each cluster model := the plain mean of the replies drawn for it (``1 / M``, SPECS 1.4)."""
+        """Each cluster model := the plain mean of the replies drawn for it (``1 / M``, Algorithm 2 line 20)."""
         for k, group in (plan or {}).items():
             got = [replies[c] for c in group if c in replies]
             for name in self.cluster_initial[0] if got else ():
@@ -137,7 +137,7 @@ class SoftClustered(ClusterModels):
         return up, kept
 
     def personal_predictor(self, down, state):
-        """Each client's own model (PCFedH's evaluation, SPECS 1.5)."""
+        """Each client's own model (PCFedH's evaluation, pcfedh/pcfedh validators.py)."""
         return self.predictor(self.load(Record(), state))
 
 

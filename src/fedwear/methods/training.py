@@ -71,7 +71,7 @@ class LocalOptimizer:
         return f"optim.{self.name}."
 
     def end_epoch(self) -> None:
-        """Schedulers step once per local epoch (PCFedH's StepLR, SPECS 1.4)."""
+        """Schedulers step once per local epoch (PCFedH's StepLR, as pcfedh/pcfedh steps it)."""
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -129,7 +129,7 @@ def train_epochs(
     drop_last: bool = False,
 ) -> float:
     """Mini-batch training: reshuffled every epoch (unless ``shuffle`` is off), last partial batch
-    kept, or skipped with ``drop_last`` (Meta-HAR's and FedMAT's loaders, SPECS 2.4 and 3.3: a
+    kept, or skipped with ``drop_last`` (Meta-HAR's and FedMAT's loaders, Chain123/Meta-HAR met-har.py and Super-Shen/FedMAT iLog_train.py: a
     client with fewer windows than one batch then takes no step, though ``after_epoch`` still
     runs each epoch). ``before_step`` runs after backward (and clipping), ``after_step`` after
     each optimiser step, ``after_epoch`` after each epoch. Returns the mean loss over the steps;

@@ -20,8 +20,8 @@ from fedwear.models.hart import HART
 from fedwear.models.lstm import LSTMNet
 
 MODELS: dict[str, type[SplitModel]] = {"harcnn": HARCNN, "cnn": SmallCNN, "lstm": LSTMNet, "hart": HART}
-MODELS["deepsense"] = DeepSense  # Meta-HAR's embedding network (SPECS 2.2)
-MODELS["fedmat"] = FedMAT  # FedMAT's shared and client networks (SPECS 3.2)
+MODELS["deepsense"] = DeepSense  # Meta-HAR's embedding network (Chain123/Meta-HAR har_model.py)
+MODELS["fedmat"] = FedMAT  # FedMAT's shared and client networks (Super-Shen/FedMAT iLog_models.py)
 
 
 def model_class(name: str) -> type[SplitModel]:

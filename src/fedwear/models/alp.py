@@ -1,4 +1,4 @@
-"""The ALP layer (ALignment with Prototypes) of FedAli (Ek et al. 2024, Sec. 3.1; SPECS B2).
+"""The ALP layer (ALignment with Prototypes) of FedAli (Ek et al. 2024, Sec. 3.1; getalp/FedAli alp_model.py).
 
 Per transformer block, a set of *local* and a set of *global* prototypes (G x d each,
 buffers, not parameters: no gradient ever reaches them) and a GLU. For tokens ``x`` of shape
@@ -16,8 +16,8 @@ Code-faithful details (``alp_model.py::AlignmentWithProtoype`` at getalp/FedAli@
 
 - Sinkhorn: float32, ``eps = 0.05``, 3 iterations of row then column normalisation, the
   last operation a column normalisation (:func:`sinkhorn`);
-- ``update: single`` (the default: the only update the from-scratch FedAli path runs, SPECS
-  B2 Δ): each token's best local prototype ``a`` becomes ``gamma * P_loc[a] + (1 - gamma) * X``
+- ``update: single`` (the default: the only update the from-scratch FedAli path runs: its
+  ``HART_ALP`` does not pass ``singleUpdate`` on): each token's best local prototype ``a`` becomes ``gamma * P_loc[a] + (1 - gamma) * X``
   with the *raw* token (not normalised). Where several tokens pick the same prototype the
   Keras scatter keeps an arbitrary one; here the **last token in (sample, token) order wins**
   (:func:`single_update`), deterministic on every engine;
@@ -27,7 +27,7 @@ Code-faithful details (``alp_model.py::AlignmentWithProtoype`` at getalp/FedAli@
 - l2 normalisation as TensorFlow's: ``x / sqrt(max(sum x^2, 1e-12))``.
 
 ``beta`` is a one-element buffer (shape ``(1,)``) (``<prefix>.beta`` in the state dict), so a method can set it
-per round through the weights it sends (FedAli: 0 in its first round, SPECS B4/B5) and a
+per round through the weights it sends (FedAli: 0 in its first round, getalp/FedAli) and a
 checkpoint or a client's kept model carries it.
 """
 
@@ -42,18 +42,18 @@ from torch import nn
 
 from fedwear.models.base import ModelOptions
 
-#: Sinkhorn regularisation and iterations, hard-coded in the authors' layer (SPECS B2; paper
+#: Sinkhorn regularisation and iterations, hard-coded in the authors' layer (``alp_model.py``; paper
 #: Sec. 3.1 after SwAV, Caron et al. 2020).
 SINKHORN_EPS = 0.05
 SINKHORN_ITERS = 3
 #: TensorFlow's ``l2_normalize`` epsilon (on the squared norm).
 L2_EPS = 1e-12
-#: G of blocks 0..5 (paper Sec. 5.1, code ``prototypeLayers``; SPECS B2).
+#: G of blocks 0..5 (paper Sec. 5.1, code ``prototypeLayers``).
 DEFAULT_PROTOTYPES = [2048, 1024, 512, 256, 128, 64]
 
 
 class ALPOptions(ModelOptions):
-    """Options of the ALP layers (``model.options.alp`` of ``hart``); FedAli's defaults (SPECS B2, B4)."""
+    """Options of the ALP layers (``model.options.alp`` of ``hart``); FedAli's defaults (getalp/FedAli alp_model.py, main.py)."""
 
     prototypes: list[int] = Field(
         list(DEFAULT_PROTOTYPES), min_length=1,
@@ -100,7 +100,7 @@ def l2_normalize(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def sinkhorn(scores: torch.Tensor, eps: float = SINKHORN_EPS, iterations: int = SINKHORN_ITERS) -> torch.Tensor:
     """Sinkhorn-Knopp plan of a (tokens N x prototypes P) similarity matrix (paper Eq. 4).
 
-    As the authors' ``sinkhorn_matrix`` (SPECS B2): ``Q = exp(S / eps) / sum``, then
+    As the authors' ``sinkhorn_matrix`` (``alp_model.py``): ``Q = exp(S / eps) / sum``, then
     ``iterations`` times: rows to sum 1/N, columns to sum 1/P; finally ``Q * P``. So the columns
     sum to exactly 1 and the rows to about P/N (exactly in the limit of many iterations).
     Computed in float32.
@@ -134,7 +134,7 @@ def match_scores(x: torch.Tensor, protos: torch.Tensor, matcher: str) -> torch.T
 
 
 def single_update(protos: torch.Tensor, assign: torch.Tensor, x: torch.Tensor, gamma: float) -> None:
-    """In place: ``P[a_i] = gamma * P[a_i] + (1 - gamma) * x_i`` (SPECS B2 SINGLE-UPDATE).
+    """In place: ``P[a_i] = gamma * P[a_i] + (1 - gamma) * x_i`` (``alp_model.py``'s single update).
 
     Where several tokens pick one prototype, the last token (largest row index of ``x``) wins:
     the update uses the prototype's value before this step and that token. Prototypes no token
@@ -150,7 +150,7 @@ def single_update(protos: torch.Tensor, assign: torch.Tensor, x: torch.Tensor, g
 def soft_update(protos: torch.Tensor, plan: torch.Tensor, x: torch.Tensor, k: int, gamma: float) -> None:
     """In place, every prototype g: ``P[g] = gamma * P[g] + (1 - gamma) * sum_j w_gj x_j`` over its
     top-``k`` tokens j in the plan (``plan``: N x G), ``w`` their plan weights normalised to sum 1
-    (SPECS B2 SOFT-UPDATE; paper Eq. 5)."""
+    (``alp_model.py``'s soft update; paper Eq. 5)."""
     w, idx = torch.topk(plan.T, k, dim=1)
     w = w / w.sum(dim=1, keepdim=True)
     protos.mul_(gamma).add_((1 - gamma) * (w.unsqueeze(-1) * x[idx]).sum(1))

@@ -1,9 +1,9 @@
-"""Meta-HAR's embedding network (SPECS 2.2; Chain123/Meta-HAR ``har_model.py``,
+"""Meta-HAR's embedding network (Chain123/Meta-HAR ``har_model.py``,
 ``norm_sensor_block`` + ``main_model``), DeepSense-like (Yao et al., WWW 2017).
 
-``body`` (the shared embedding network theta, SPECS 2.4-2.5):
+``body`` (the shared embedding network theta, ``met-har.py``):
 
-- the input transform of ``models/spectral.py`` (SPECS 2.1): ``[B, T, C]`` -> ``[B, 1, n, R, 7]``
+- the input transform of ``models/spectral.py`` (``feature_extraction.py``): ``[B, T, C]`` -> ``[B, 1, n, R, 7]``
   (n = 12 intervals, R = 16 rows for acc + gyro with magnitudes and frequency rows);
 - per sensor (rows ``8s .. 8s + 7``), its own branch: ``Conv3d(1 -> 64, k=(1,2,3), s=(1,2,1),
   p=(0,0,1))`` + BN + ReLU merges each (frequency, magnitude) row pair -> ``[B, 64, n, 4, 7]``;
@@ -13,9 +13,9 @@
   k=(1,S,3), s=(1,1,2), p=(0,0,1))`` + BN + ReLU -> ``[B, 64, n, 1, 4]``;
 - intervals as time: ``[B, n, 256]`` (channel-major features, as the code's permute + view) ->
   ``LSTM(256, 100, 2 layers)`` -> mean over the n steps -> the 100-d embedding
-  (``features(x)``, used by the pairwise loss, SPECS 2.3).
+  (``features(x)``, used by the pairwise loss).
 
-``head`` = ``Linear(100, Q)``: Meta-HAR's per-user classifier (SPECS 2.2: ``Linear(100, C_u)``).
+``head`` = ``Linear(100, Q)``: Meta-HAR's per-user classifier (``har_model.py``: ``Linear(100, C_u)``).
 
 Defaults and their sources: 64 filters, 2 recurrent layers, embedding 100 (paper section 4 and
 the code agree); ``rnn: lstm`` (the code; ``gru`` is DeepSense's choice); ``dropout: 0`` (the
@@ -23,7 +23,7 @@ code: ``CONV_KEEP_PROB`` is unused; the paper says 0.3). With dropout > 0 it fol
 a Dropout after every conv block and between the recurrent layers. PyTorch's default
 initialisation (the code's). ``interval`` 12, ``samples`` 150, ``magnitude`` on,
 ``frequency_rows: code`` (3x the true rate) and ``rate_hz`` 50 (USC-HAD and HHAR as Meta-HAR
-resampled them, UCI HAPT's native rate) configure the input transform (SPECS 2.1): set
+resampled them, UCI HAPT's native rate) configure the input transform (``feature_extraction.py``): set
 ``rate_hz`` to the dataset's rate.
 
 Parameters for acc + gyro windows and Q classes: 348,608 + 101 Q (``tests/test_deepsense.py``
@@ -34,7 +34,7 @@ FedMAT poster's AttenSense baseline, after AttnSense (Ma et al., IJCAI 2019): th
 branches, then soft attention over the sensors in place of the fusion conv (each interval's
 sensor features ``z_s`` [F x 7, channel-major] weighted by ``softmax_s(v^T tanh(W z_s + b))``
 and summed), a GRU over the intervals, and the same soft attention over the intervals in place
-of the mean. AttnSense's code is not available (SPECS C, "Not found"): ``attention_hidden`` (the width of
+of the mean. AttnSense's code is not available (no public copy was found): ``attention_hidden`` (the width of
 ``W``), 64, is not from a source.
 """
 
@@ -61,7 +61,7 @@ def conv_block(c_in: int, c_out: int, kernel: tuple[int, int, int], stride: tupl
 
 
 class SensorBranch(nn.Module):
-    """One sensor's two convolutions (SPECS 2.2): (frequency, magnitude) pairs, then its axes."""
+    """One sensor's two convolutions (``har_model.py``): (frequency, magnitude) pairs, then its axes."""
 
     def __init__(self, axes: int, filters: int, dropout: float) -> None:
         super().__init__()
@@ -126,21 +126,21 @@ class DeepSenseBody(nn.Module):
 
 
 class DeepSenseOptions(ModelOptions):
-    interval: PositiveInt = Field(12, ge=2, description="samples per FFT interval (SPECS 2.1: 12 -> 7 bins)")
+    interval: PositiveInt = Field(12, ge=2, description="samples per FFT interval (feature_extraction.py: 12 -> 7 bins)")
     samples: PositiveInt | None = Field(
-        150, description="use the first samples of a window (SPECS 2.1: 150); a shorter window whole; null: all"
+        150, description="use the first samples of a window (feature_extraction.py: 150); a shorter window whole; null: all"
     )
-    magnitude: bool = Field(True, description="add each 3-axis sensor's Euclidean norm as a fourth axis (SPECS 2.1)")
+    magnitude: bool = Field(True, description="add each 3-axis sensor's Euclidean norm as a fourth axis (feature_extraction.py)")
     frequency_rows: Literal["code", "true"] = Field(
-        "code", description="code: frequency rows at 3x the true rate (Meta-HAR's code, SPECS 2.1 step 5); "
+        "code", description="code: frequency rows at 3x the true rate (Meta-HAR's feature_extraction.py); "
         "true: at rate_hz",
     )
     rate_hz: PositiveFloat = Field(50.0, description="the windows' sampling rate, for the frequency rows "
                                    "(Meta-HAR: USC-HAD and HHAR resampled to 50 and 25 Hz)")
-    filters: PositiveInt = Field(64, description="filters of every conv (SPECS 2.2: 64)")
+    filters: PositiveInt = Field(64, description="filters of every conv (Chain123/Meta-HAR har_model.py: 64)")
     rnn: Literal["lstm", "gru"] = Field("lstm", description="lstm: Meta-HAR's code; gru: DeepSense's")
-    rnn_layers: PositiveInt = Field(2, description="stacked recurrent layers (SPECS 2.2: 2)")
-    embedding: PositiveInt = Field(100, description="recurrent hidden size = embedding size (SPECS 2.2: 100)")
+    rnn_layers: PositiveInt = Field(2, description="stacked recurrent layers (har_model.py: 2)")
+    embedding: PositiveInt = Field(100, description="recurrent hidden size = embedding size (har_model.py: 100)")
     dropout: float = Field(0.0, ge=0, lt=1, description="after each conv block and between recurrent layers; "
                            "0: Meta-HAR's code (the paper says 0.3)")
     fusion: Literal["conv", "attention"] = Field(
@@ -155,7 +155,7 @@ class DeepSenseOptions(ModelOptions):
 
 
 class DeepSense(SplitModel):
-    """Meta-HAR's DeepSense-like embedding network (SPECS 2.2) as ``body``, ``Linear(100, Q)`` as
+    """Meta-HAR's DeepSense-like embedding network (``har_model.py``) as ``body``, ``Linear(100, Q)`` as
     ``head``; ``features(x)`` is the 100-d embedding of the pairwise loss."""
 
     Options = DeepSenseOptions

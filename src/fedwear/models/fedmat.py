@@ -1,7 +1,7 @@
-"""FedMAT's networks (SPECS 3.1-3.2; poster Eq. 4-5; Super-Shen/FedMAT ``iLog_models.py``, classes
+"""FedMAT's networks (poster Eq. 4-5; Super-Shen/FedMAT ``iLog_models.py``, classes
 ``server``, ``cnn_block``, ``soft_Attn_Merge``, ``client_sp``), with the code's bugs fixed.
 
-**Input** (SPECS 3.1, recommended grouping): Meta-HAR's FFT tensor (``models/spectral.py``)
+**Input** (fedwear's grouping; the code's iLog features are not public): Meta-HAR's FFT tensor (``models/spectral.py``)
 without the frequency rows: one magnitude row per axis, 4 rows per 3-axis sensor with its
 magnitude axis (the code's "4D" sensors; 3 rows, its "3D" ones, with ``magnitude: false``),
 frequency bins along W, the intervals as the recurrent time axis T. ``interval`` 20 gives
@@ -44,7 +44,7 @@ then the fusion: ``a_m0`` = the a3 of all branches arranged as the fusion input;
 the shared fusion input and its three conv outputs in the same pattern; ``e_m3 = M_m3 * p_m3``
 -> GRU -> mean -> Linear. Masks are 1-channel at the inputs (x, fusion input), 64 elsewhere.
 
-``masks`` (the poster's ablations, SPECS 3.2 [I]): ``all``; ``no_sensor`` (FedMAT-noSMask) drops
+``masks`` (the poster's ablations; which masks each drops is fedwear's reading): ``all``; ``no_sensor`` (FedMAT-noSMask) drops
 the branch masks; ``no_fusion`` (FedMAT-noFMask) drops the fusion masks. Their modules are not
 built (nothing of them in the state dict). A level without a mask passes the client's own
 activation on (``e^l = a^l``, a^0 = x): the branch, or the fusion, is then the client's own
@@ -52,7 +52,7 @@ CNN. Removing a mask removes that level's attention to the shared network, not t
 path; with ``e^l = p^l`` instead (a mask of ones), ``no_fusion`` would leave the client's
 output independent of every sensor mask.
 
-Defaults (SPECS 3.2, ``iLog_train.py`` config): 64 filters, dropout 0.2 (after each branch's
+Defaults (``iLog_models.py``, ``iLog_train.py`` config): 64 filters, dropout 0.2 (after each branch's
 first conv, shared and client copies, as the code), GRU hidden 100 with 2 layers; PyTorch's
 default initialisation. Parameters for acc + gyro windows and Q classes: shared 242,304; client
 331,035 + 101 Q with all masks (``tests/test_fedmat_model.py`` counts them by layer).
@@ -145,7 +145,7 @@ def to_fusion(branch_outputs: Sequence[Tensor]) -> Tensor:
 
 
 def to_sequence(h: Tensor) -> Tensor:
-    """``[B, F, T, H, W]`` -> ``[B, T, F * H * W]``: time stays on T (SPECS 3.2 bug (a) fixed)."""
+    """``[B, F, T, H, W]`` -> ``[B, T, F * H * W]``: time stays on T (the code's reshape without permute fixed)."""
     return h.permute(0, 2, 1, 3, 4).flatten(2)
 
 
@@ -168,7 +168,7 @@ class MaskModule(nn.Module):
 
 
 class Branch(nn.Module):
-    """One sensor's three convs (SPECS 3.2); the client's copy may hold its three masks."""
+    """One sensor's three convs (``iLog_models.py`` ``cnn_block``); the client's copy may hold its three masks."""
 
     def __init__(self, axes: int, filters: int, dropout: float, masks: bool = False) -> None:
         super().__init__()
@@ -277,20 +277,20 @@ class ClientNetwork(nn.Module):
 
 class FedMATOptions(ModelOptions):
     interval: PositiveInt = Field(20, ge=2, description="samples per FFT interval: 20 -> 11 bins, the width "
-                                  "of FedMAT's code input [5, 21, 11] (SPECS 3.1)")
+                                  "of FedMAT's code input [5, 21, 11] (Super-Shen/FedMAT)")
     samples: PositiveInt | None = Field(None, description="use the first samples of a window; null: the whole window")
-    magnitude: bool = Field(True, description="each 3-axis sensor's norm as a fourth row (the code's 4D sensors, "
-                            "SPECS 3.1); false: 3 rows (its 3D sensors)")
-    filters: PositiveInt = Field(64, description="filters of every conv (SPECS 3.2: 64)")
-    dropout: float = Field(0.2, ge=0, lt=1, description="after each branch's first conv (SPECS 3.2: 0.2)")
-    hidden: PositiveInt = Field(100, description="GRU hidden size = embedding size (SPECS 3.2: 100)")
-    rnn_layers: PositiveInt = Field(2, description="GRU layers, shared and client (SPECS 3.2: 2)")
+    magnitude: bool = Field(True, description="each 3-axis sensor's norm as a fourth row (the code's 4D sensors)"
+                            "; false: 3 rows (its 3D sensors)")
+    filters: PositiveInt = Field(64, description="filters of every conv (Super-Shen/FedMAT iLog_models.py: 64)")
+    dropout: float = Field(0.2, ge=0, lt=1, description="after each branch's first conv (iLog_models.py: 0.2)")
+    hidden: PositiveInt = Field(100, description="GRU hidden size = embedding size (iLog_models.py: 100)")
+    rnn_layers: PositiveInt = Field(2, description="GRU layers, shared and client (iLog_models.py: 2)")
     masks: MaskSet = Field("all", description="all; no_sensor: FedMAT-noSMask (no branch masks); no_fusion: "
-                           "FedMAT-noFMask (no fusion masks) (SPECS 3.2)")
+                           "FedMAT-noFMask (no fusion masks) (the poster's ablations)")
 
 
 class FedMAT(SplitModel):
-    """FedMAT (SPECS 3.2, bugs fixed): ``body`` = the shared network (returns a
+    """FedMAT (Super-Shen/FedMAT iLog_models.py, bugs fixed): ``body`` = the shared network (returns a
     :class:`SharedOutput`: embedding and activations), ``head`` = the client-specific network
     (masks on the shared activations, own GRU, logits); ``features(x)`` is the shared 100-d
     embedding."""
@@ -346,7 +346,7 @@ class FedMAT(SplitModel):
     @torch.no_grad()
     def copy_shared_to_client(self) -> None:
         """Load the client's conv copies (with their BN statistics) and GRU from the shared
-        network, as FedMAT's code does before stage 2 of each adaptation (SPECS 3.4 step 3)."""
+        network, as FedMAT's code does before stage 2 of each adaptation (``iLog_train.py``)."""
         for shared, own in zip(self.body.branches, self.head.branches, strict=True):
             own.convs.load_state_dict(shared.convs.state_dict())
         self.head.fusion.load_state_dict(self.body.fusion.state_dict())

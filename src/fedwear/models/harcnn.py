@@ -1,4 +1,4 @@
-"""HARCNN exactly as ProtoHAR's code (SPECS A1, ``FLAlgorithms/trainmodel/cnnbase_fc.py``)."""
+"""HARCNN exactly as ProtoHAR's code (cheng-haha/ProtoHAR ``FLAlgorithms/trainmodel/cnnbase_fc.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from torch import nn
 
 from fedwear.models.base import ModelOptions, SplitModel
 
-#: ``div`` per dataset window/channel shape from ProtoHAR's ``channel_list`` (SPECS A1).
+#: ``div`` per dataset window/channel shape from ProtoHAR's ``channel_list`` (``cnnbase_fc.py``).
 KNOWN_DIV = {(512, 6): 20, (100, 9): 3}
 
 
@@ -37,10 +37,10 @@ class _Body(nn.Module):
 
 class HARCNNOptions(ModelOptions):
     down: tuple[PositiveInt, PositiveInt] = Field(
-        (2, 2), description="max-pool size (time, channels); ProtoHAR's (2, 2) (SPECS A1)"
+        (2, 2), description="max-pool size (time, channels); ProtoHAR's (2, 2) (cnnbase_fc.py)"
     )
     div: int | None = Field(
-        None, ge=1, description="embedding = flattened conv features // div; null: from SPECS A1's "
+        None, ge=1, description="embedding = flattened conv features // div; null: from ProtoHAR's "
         "channel_list for known shapes, else chosen for an embedding near 384",
     )
 
@@ -48,7 +48,7 @@ class HARCNNOptions(ModelOptions):
 class HARCNN(SplitModel):
     """Three (9,1) convolutions, two max-pools, a ReLU embedding (the prototype) and a linear head.
 
-    Defaults follow SPECS A1: ``down=(2, 2)``; ``div`` from ``KNOWN_DIV`` for USC-HAD (512x6:
+    Defaults follow ``cnnbase_fc.py``: ``down=(2, 2)``; ``div`` from ``KNOWN_DIV`` for USC-HAD (512x6:
     k=384) and HARBOX (100x9: k=725), otherwise chosen so the embedding lands near 384.
     PyTorch default initialisation; no normalisation or dropout layers.
     """

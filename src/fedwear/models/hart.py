@@ -1,6 +1,6 @@
 """HART (Ek, Portet, Lalanda, "Transformer-based models to deal with heterogeneous environments
-in human activity recognition", Pers. Ubiquitous Comput. 2023), as FedAli runs it (SPECS B1),
-optionally with FedAli's ALP layers (SPECS B2, ``models/alp.py``).
+in human activity recognition", Pers. Ubiquitous Comput. 2023), as FedAli runs it (getalp/FedAli
+``model.py``), optionally with FedAli's ALP layers (``alp_model.py``, ``models/alp.py``).
 
 Layout for ``(B, T=128, C=6)`` windows (channels 0-2 accelerometer, 3-5 gyroscope), D = 192:
 
@@ -17,15 +17,15 @@ Layout for ``(B, T=128, C=6)`` windows (channels 0-2 accelerometer, 3-5 gyroscop
 
 The head returns **logits**: fedwear's criterion is cross-entropy on logits, where Keras
 applied softmax and a categorical cross-entropy on probabilities clipped to [1e-7, 1 - 1e-7]
-(SPECS B header); the two differ only where that clip bites.
+(Keras 2.15, which FedAli's code runs); the two differ only where that clip bites.
 
-Keras initialisation (SPECS B header, C4): ``glorot_uniform`` kernels with zero biases for
+Keras initialisation (Keras 2.15's defaults): ``glorot_uniform`` kernels with zero biases for
 every Dense / Conv1D / MultiHeadAttention projection, with Keras' fan rule for the rank-3
 attention kernels (``(48, 3, 48)`` and ``(3, 48, 48)``: fan = dims x receptive field of the
 leading dims); Embedding U(-0.05, 0.05); LayerNorm eps 1e-6; liteFormer kernels glorot on
 ``(K, 1, 1)`` = U(+-sqrt(3/K)).
 
-``liteformer`` (SPECS F1.3): ``code`` (default: the published numbers came from it) is the
+``liteformer`` (FedAli's ``model.py::liteFormer``): ``code`` (default: the published numbers came from it) is the
 authors' old liteFormer as FedAli ran it: a raw ``reshape(-1, 4, T)`` so each head's kernel
 slides over 8 consecutive *channels* and the output reshape **mixes samples of a batch**,
 DropPath over the 4 heads, and at every training forward the stored kernels are replaced by
@@ -61,7 +61,7 @@ from fedwear.errors import ConfigError
 from fedwear.models.alp import ALP, ALPOptions
 from fedwear.models.base import ModelOptions, SplitModel
 
-#: LayerNorm epsilon of every Keras LayerNormalization in HART (SPECS B1).
+#: LayerNorm epsilon of every Keras LayerNormalization in HART (``model.py``).
 LN_EPS = 1e-6
 
 
@@ -96,7 +96,7 @@ def layer_norm(dim: int) -> nn.LayerNorm:
 
 
 class DropPath(nn.Module):
-    """Keras-HART's DropPath (SPECS B1): a mask per element of dim 0, ``floor(keep + U[0, 1))``,
+    """Keras-HART's DropPath (``model.py``): a mask per element of dim 0, ``floor(keep + U[0, 1))``,
     output ``x / keep * mask``; identity in eval mode or at rate 0."""
 
     def __init__(self, rate: float) -> None:
@@ -183,7 +183,7 @@ class LiteFormer(nn.Module):
                 self.weight.copy_(torch.softmax(self.weight, dim=-1))
         h = self.heads
         if self.mode == "code":
-            r = u.reshape(-1, h, t)  # (B*c/h, h, T): raw reshape, no transpose (SPECS F1.3)
+            r = u.reshape(-1, h, t)  # (B*c/h, h, T): raw reshape, no transpose (FedAli's liteFormer)
             s = same_conv(r, self.weight).transpose(0, 1)  # (h, B*c/h, T)
             return self.drop_path(s.contiguous()).reshape(b, t, c)  # DropPath over heads; mixes samples
         r = u.reshape(-1, t, h)  # fixed: NWC, conv over the second axis, per head
@@ -195,7 +195,7 @@ class LiteFormer(nn.Module):
 
 
 class Block(nn.Module):
-    """One HART block (SPECS B1), with an ALP layer after the first LayerNorm when given."""
+    """One HART block (``model.py``), with an ALP layer after the first LayerNorm when given."""
 
     def __init__(self, dim: int, heads: int, lite_heads: int, kernel: int, dropout: float, drop_path: float,
                  liteformer: str, alp: ALP | None) -> None:
@@ -250,16 +250,16 @@ class Body(nn.Module):
 
 
 class HARTOptions(ModelOptions):
-    projection_dim: PositiveInt = Field(192, description="token width D (SPECS B1: 192); a multiple of 8")
-    patch_size: PositiveInt = Field(16, description="patch length = stride in samples (SPECS B1: 16 -> 8 tokens of 128)")
+    projection_dim: PositiveInt = Field(192, description="token width D (getalp/FedAli model.py: 192); a multiple of 8")
+    patch_size: PositiveInt = Field(16, description="patch length = stride in samples (model.py: 16 -> 8 tokens of 128)")
     kernels: list[PositiveInt] = Field(
-        [3, 7, 15, 31, 31, 31], min_length=1, description="liteFormer kernel per block; one block each (SPECS B1)"
+        [3, 7, 15, 31, 31, 31], min_length=1, description="liteFormer kernel per block; one block each (model.py)"
     )
-    num_heads: PositiveInt = Field(3, description="heads of each sensor MHA (key_dim D/4; SPECS B1)")
+    num_heads: PositiveInt = Field(3, description="heads of each sensor MHA (key_dim D/4; model.py)")
     lite_heads: PositiveInt = Field(4, description="liteFormer heads (the code's filterAttentionHead 4)")
-    dropout: float = Field(0.3, ge=0, lt=1, description="attention, MLP and head dropout (SPECS B1: 0.3)")
-    drop_path: float = Field(0.3, ge=0, lt=1, description="DropPath rate of the last block; linspace(0, rate, blocks) (SPECS B1: 0.3)")
-    head_units: PositiveInt = Field(1024, description="hidden Dense(swish) of the head (SPECS B1: 1024)")
+    dropout: float = Field(0.3, ge=0, lt=1, description="attention, MLP and head dropout (model.py: 0.3)")
+    drop_path: float = Field(0.3, ge=0, lt=1, description="DropPath rate of the last block; linspace(0, rate, blocks) (model.py: 0.3)")
+    head_units: PositiveInt = Field(1024, description="hidden Dense(swish) of the head (model.py: 1024)")
     sensors: PositiveInt | None = Field(
         None, description="channel groups with their own patch convolution; null: C/3 groups of 3 (acc, gyro, "
         "...) when C is a multiple of 3, else one group",
@@ -267,10 +267,10 @@ class HARTOptions(ModelOptions):
     liteformer: Literal["code", "fixed", "time"] = Field(
         "code", description="code: the authors' liteFormer as FedAli ran it (mixes samples of a batch, in-place "
         "softmax; the published numbers; evaluate with batch 32); fixed: the HART repository's fix (no mixing); "
-        "time: the HART paper's per-head conv over tokens (SPECS F1.3)",
+        "time: the HART paper's per-head conv over tokens (getalp/Lightweight-Transformer-Models-For-HAR-on-Mobile-Devices model.py)",
     )
     alp: ALPOptions | None = Field(
-        None, description="FedAli's ALP layer after each block's first LayerNorm (SPECS B2); null: plain HART "
+        None, description="FedAli's ALP layer after each block's first LayerNorm (alp_model.py); null: plain HART "
         "(method fedali turns it on with these options or the defaults); true: the defaults",
     )
 
@@ -283,7 +283,7 @@ class HARTOptions(ModelOptions):
 
 
 class HART(SplitModel):
-    """HART (SPECS B1) for ``[B, T, C]`` windows; with ``alp`` options, HART-ALP (SPECS B2).
+    """HART (``model.py``) for ``[B, T, C]`` windows; with ``alp`` options, HART-ALP (``alp_model.py``).
 
     ``body``: patches, position embedding, blocks, LayerNorm, GAP -> ``(B, D)``; ``head``:
     Dense(1024, swish) -> Dropout -> Dense(Q) -> logits. Defaults reproduce FedAli's HART:

@@ -1,8 +1,8 @@
-"""A small LSTM over time: PCFedH's phase-2 predictor (SPECS Section 1.2).
+"""A small LSTM over time: PCFedH's phase-2 predictor (pcfedh/pcfedh ``models.py``).
 
 PCFedH (Yin et al., FITEE 2025) predicts the next heart-rate value from the last 150 values
 with ``LSTM(input=1, hidden=10, layers=1, batch_first)``, the output at the last time step and
-``Linear(10, 1)`` (531 parameters; SPECS 1.2 says ~571, a sum that does not add up). The head
+``Linear(10, 1)`` (531 parameters). The head
 maps to the task's outputs: one for a regression task (PCFedH's forecaster), one per class for
 classification.
 
@@ -24,7 +24,7 @@ from fedwear.models.base import ModelOptions, SplitModel
 
 
 class LSTMOptions(ModelOptions):
-    hidden: int = Field(10, ge=1, description="LSTM hidden size (PCFedH: 10, SPECS 1.2)")
+    hidden: int = Field(10, ge=1, description="LSTM hidden size (PCFedH's models.py: 10)")
     layers: int = Field(1, ge=1, description="stacked LSTM layers (PCFedH: 1)")
 
 
@@ -44,7 +44,7 @@ class _LastHidden(nn.Module):
 class LSTMNet(SplitModel):
     """``body`` = LSTM over time (last hidden state), ``head`` = Linear(hidden, num_classes).
 
-    PCFedH's phase-2 model (SPECS 1.2) with the defaults: hidden 10, one layer; PyTorch's
+    PCFedH's phase-2 model (``models.py``) with the defaults: hidden 10, one layer; PyTorch's
     default initialisation.
     """
 

@@ -1,9 +1,9 @@
-"""Meta-HAR's input transform (SPECS 2.1 steps 1-5, ``data_process/feature_extraction.py`` of
+"""Meta-HAR's input transform (``data_process/feature_extraction.py`` of
 Chain123/Meta-HAR), as a parameter-free module a model applies to its raw ``[B, T, C]`` windows.
 
 Per window:
 
-1. the first ``samples`` samples (SPECS 2.1 step 1: 150; a shorter window is used whole;
+1. the first ``samples`` samples (the code's 150; a shorter window is used whole;
    ``samples=None`` always uses the whole window);
 2. the channels form 3-axis sensors in channel order (``acc_x, acc_y, acc_z, gyro_x, gyro_y,
    gyro_z``, as UCI HAPT and USC-HAD name them); with ``magnitude`` each sensor gets its
@@ -18,7 +18,7 @@ Per window:
 ``frequency_rows`` chooses ``fs`` (step 5): ``code`` (default, Meta-HAR faithfulness) is the
 code's ``fs`` = 3x the true per-axis rate (it divides the count of *values* of a 7-s recording,
 3 per sample, of both sensors by 14 s); ``true`` uses ``rate_hz``; ``none`` leaves the frequency
-rows out (magnitude rows only, one per axis: FedMAT's grouping, SPECS 3.1). Either way the
+rows out (magnitude rows only, one per axis: fedwear's grouping for FedMAT). Either way the
 frequency rows are the same constant ramp for every window: they carry the sampling rate, no
 information about the signal.
 
@@ -38,14 +38,14 @@ from torch import nn
 from fedwear.errors import ConfigError
 
 FrequencyRows = Literal["code", "true", "none"]
-#: SPECS 2.1 step 5: the code's ``fs`` is this multiple of the true per-axis rate.
+#: ``feature_extraction.py``'s ``fs`` is this multiple of the true per-axis rate.
 CODE_RATE_FACTOR = 3.0
 #: Axes of one sensor (acc, gyro, ...): channels are grouped in threes, in order.
 AXES = 3
 
 
 class Spectral(nn.Module):
-    """``[B, T, C]`` windows -> ``[B, intervals, rows, bins]`` FFT features (SPECS 2.1).
+    """``[B, T, C]`` windows -> ``[B, intervals, rows, bins]`` FFT features (``feature_extraction.py``).
 
     ``rows`` = sensors x axes (3, or 4 with ``magnitude``) x (2 with frequency rows, else 1);
     ``bins`` = ``interval // 2 + 1``; ``intervals`` = used samples // ``interval``. Rows of one
@@ -91,7 +91,7 @@ class Spectral(nn.Module):
         return self.intervals, self.rows, self.bins
 
     def sampling_rate(self) -> float:
-        """The ``fs`` of the frequency rows: 3x ``rate_hz`` for ``code`` (SPECS 2.1 step 5)."""
+        """The ``fs`` of the frequency rows: 3x ``rate_hz`` for ``code`` (``feature_extraction.py``)."""
         return self.rate_hz * (CODE_RATE_FACTOR if self.frequency_rows == "code" else 1.0)
 
     def frequencies(self) -> torch.Tensor:

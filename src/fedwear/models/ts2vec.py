@@ -1,6 +1,6 @@
 """PCFedH's cluster-representation encoder: a TS2Vec-style dilated convolution encoder.
 
-SPECS Section 1.2 (PCFedH's code: ``TSEncoder(input_dims=1, output_dims=10, hidden_dims=16,
+pcfedh/pcfedh ``models.py`` (PCFedH's code: ``TSEncoder(input_dims=1, output_dims=10, hidden_dims=16,
 depth=1, mask_mode='binomial')``; TS2Vec, Yue et al., AAAI 2022, Section 3):
 
 1. NaN inputs set to 0, then a per-time-step ``Linear(input, hidden)``.
@@ -37,7 +37,7 @@ class _DilatedBlock(nn.Module):
 
 
 class TSEncoder(nn.Module):
-    """``[B, T, input] -> [B, T, output]`` (defaults: PCFedH's code, SPECS 1.2)."""
+    """``[B, T, input] -> [B, T, output]`` (defaults: PCFedH's code, ``models.py``)."""
 
     def __init__(self, input_dims: int = 1, output_dims: int = 10, hidden_dims: int = 16, depth: int = 1,
                  mask: str = "binomial", keep_probability: float = 0.5, dropout: float = 0.1) -> None:

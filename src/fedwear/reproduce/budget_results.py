@@ -3,7 +3,7 @@ users (the training clients, after personalisation) and of meta-test users (held
 adaptation), one row per method and fine-tuning budget.
 
 Meta-HAR reports, per set of users, the test-size-weighted mean accuracy (Eq. 6), mean ± std over
-5 repetitions with different meta-test users (SPECS 2.6): here each seed draws its own held-out
+5 repetitions with different meta-test users (the Meta-HAR paper, Sec. 1 and 4.2): here each seed draws its own held-out
 users, and a cell is the mean ± population std over the seeds of each run's final-round
 weighted mean. Methods without budgets give one row (the personalized view; FedAvg's is its
 global model); a method with budgets (Meta-HAR's n, FedReptile's k) one row per budget.

@@ -2,7 +2,7 @@
 mean ± std over clients at the final round, next to the paper's, with the naive forecasts.
 
 PCFedH reports, per method, the unweighted mean ± std over clients of each client's MSE, MAE and
-MAPE at the last round (SPECS 1.5). Here each run gives the same (population std over clients,
+MAPE at the last round (pcfedh/pcfedh validators.py). Here each run gives the same (population std over clients,
 ``evaluation.client_weights: uniform``); a method's cell is the mean over its seeds of both, and
 the naive rows (last value, client mean) come from the same runs' evaluation, so every table
 shows what a model-free forecast scores on the same windows. A difference from the paper is

@@ -1,7 +1,7 @@
 """The results file of a table in FedAli's shape (its Tables 1 and 3): Personalization,
 Generalization and Global per method, and the cost of each method relative to FedAvg.
 
-FedAli's evaluation (SPECS B7): the best round is the one with the highest unweighted mean
+FedAli's evaluation (getalp/FedAli): the best round is the one with the highest unweighted mean
 personalization accuracy; Personalization and Generalization are the mean ± population std over
 clients of macro-F1 at that round, on each client's own test split and on the pooled test split
 of all clients; Global is the server model on the pooled test set at the round of its best

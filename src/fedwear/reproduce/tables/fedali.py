@@ -12,7 +12,7 @@ FEDALI_VARIANTS = {
     "fedprox": "FedAli's code run from its command line (mu 1.0; the paper: 0.01)",
     "moon": "FedAli's code (mu 1, tau 0.5, z = GAP embedding, one effective local epoch)",
     "fedproto": "FedAli's code (local models, lambda 1 on a per-sample MSE summed over the batch: ld 64)",
-    "fedpac": "FedAli's code (SPECS B6; QP by SLSQP instead of cvxpy)",
+    "fedpac": "FedAli's code (getalp/FedAli fed_util.py; QP by SLSQP instead of cvxpy)",
     "local": "FedAli's code: 200 epochs, each client's best epoch on its test set",
     "centralized": "200 epochs on the pooled train windows (not in FedAli's code)",
 }

@@ -48,7 +48,7 @@ METAHAR_MERGED_NOTES = (
     "UCI HAPT rad/s; the code does not normalise), 0-2 activities removed per user, 80/20 per user, one "
     "meta-test user from each source per seed (seeds 0-4 = 5 repetitions), 100 rounds of 5 users. The paper's "
     "Table 2 and 3 cells are not in the available text; it states that Meta-HAR beats FedReptile by 24.7 points "
-    "on meta-train users and by 15.4 on USC-HAD's meta-test users (SPECS 2.6)"
+    "on meta-train users and by 15.4 on USC-HAD's meta-test users (the Meta-HAR paper, Sec. 6)"
 )
 
 

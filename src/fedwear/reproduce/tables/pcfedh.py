@@ -59,7 +59,7 @@ PCFEDH_PPG_FLAGGED = {
     "fedsoft": (
         "open: seed 0 only. It converged (-0.001 over its last 30 training rounds) 0.131 under the paper's "
         "FedSoft and 0.067 under this table's PCFedH, which differs from it only in how u_ik is found and how "
-        "often (SPECS 1.6), so the paper's gain of PCFedH over FedSoft (its Table 3, w/o DCP) does not appear "
+        "often (ycruan/FedSoft clients.py; the PCFedH paper, Algorithm 2), so the paper's gain of PCFedH over FedSoft (its Table 3, w/o DCP) does not appear "
         "at seed 0. By its last round FedSoft's min-loss u is nearly uniform (each client's largest u_ik is "
         "0.36-0.47, on the same cluster for all 15 clients: its cluster models have become alike, so its "
         "proximal term pulls every personal model towards their mean), while PCFedH's encoder-based u is "
@@ -69,7 +69,7 @@ PCFEDH_PPG_FLAGGED = {
     ),
     "fedproto": (
         "not a difference to close: how the paper turned FedProto into a forecaster is not described "
-        "(SPECS 1.6), and this row is fedwear's own conversion (the MSE loss kept, prototypes of 10-bpm bins "
+        "(and no code of the paper's baselines is released), and this row is fedwear's own conversion (the MSE loss kept, prototypes of 10-bpm bins "
         "of the target beside it). The paper's 23.133 is 4.9x the MSE of repeating the last value (4.748 on "
         "these windows), so its conversion was not one that learns the next value as this one does; ours converged (-0.001 "
         "over rounds 250-300, -0.000 over 450-500) to 2.546, beside the paper's PCFedH (2.549). FedProto shares no weights, so "
@@ -78,7 +78,7 @@ PCFEDH_PPG_FLAGGED = {
         "and local-s0)"
     ),
     "fedpcl": (
-        "not a difference to close: this row is fedwear's own conversion (SPECS 1.6: the paper's is not "
+        "not a difference to close: this row is fedwear's own conversion (the PCFedH paper releases no code of its baselines: the paper's is not "
         "described): the prototype-contrastive losses (tau 0.07) on 10-bpm bins of the target beside the MSE, "
         "each client's body trained locally. It converged to 7.739 (MSE 7.74 at every evaluation from round "
         "220 to 300, after swinging between 5.8 and 9.0 up to round 100) and stays above the MSE of repeating "
@@ -284,7 +284,7 @@ EXPERIMENTS = [
             "fedsoft": "the run of pcfedh:table2-ppg_dalia: see its finding there",
             "pcfedh-no_pcl": (
                 "not a difference to measure at one clustering round: ProtoNCE pulls each window towards the "
-                "global prototypes of the previous clustering round (as the code: SPECS 1.3, step 2a), and with one "
+                "global prototypes of the previous clustering round (as the code, pcfedh/pcfedh), and with one "
                 "clustering round there is none, so this run is PCFedH's, bit for bit (python scripts/same_metrics.py "
                 "results/runs/pcfedh-ppg_dalia/pcfedh-s0 results/runs/pcfedh-ppg_dalia/pcfedh-no_pcl-s0), and it "
                 "was stopped; read the PCFedH row. The ablation needs the paper's 10 clustering rounds (its "

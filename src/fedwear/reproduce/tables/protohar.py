@@ -6,7 +6,7 @@ from fedwear.reproduce.experiment import Experiment
 
 PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold", "lgfedavg", "fedhome",
                     "fedrep", "protohar", "centralized")
-#: What still differs from a run of ProtoHAR's code on the same data (SPECS Part A).
+#: What still differs from a run of ProtoHAR's code on the same data (cheng-haha/ProtoHAR at commit fb5e8b7).
 PROTOHAR_DIFFERENCES = (
     "client order: subjects sorted (the code takes os.listdir order, so its partition seed "
     "assigns classes and windows to different clients)",
