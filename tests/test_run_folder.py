@@ -293,3 +293,49 @@ def test_a_torn_last_line_is_dropped_on_resume(tmp_path):
     fedwear.run(cfg, out, resume=True)
     for name in ("metrics.csv", "rounds.csv"):
         assert (out / name).read_bytes() == (full.out_dir / name).read_bytes()
+
+
+# --- no command runs a pickle from a run folder ----------------------------------------------
+
+
+class Payload:
+    """Unpickling this creates ``marker`` (a stand-in for any shell command)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_no_command_executes_a_crafted_pickle_in_a_run_folder(tmp_path):
+    """Pickles wherever a run folder holds state: the checkpoint under its old and new names and
+    the client states; every command that reads a run folder is tried on it."""
+    import pickle
+
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(tiny_config(rounds=4, client_states="disk")))
+    root = tmp_path / "cmp"
+    run = root / "fedavg-s0"
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(fedwear.config.load_config(cfg_path, ["method=fedavg"]), run, callbacks=[Interrupt(after=2)])
+    marker = tmp_path / "pwned"
+    bomb = pickle.dumps(Payload(marker))
+    (run / "checkpoint.pkl").write_bytes(bomb)
+    (run / CHECKPOINT).write_bytes(bomb)
+    for state in (run / "client_states").iterdir():
+        state.write_bytes(bomb)
+    (run / "client_states" / "s01.0000.pkl").write_bytes(bomb)
+    commands = [
+        ["run", str(cfg_path), "--out", str(run), "--quiet", "--resume"],
+        ["compare", str(cfg_path), "--methods", "fedavg", "--out", str(root), "--quiet"],
+        ["report", str(run)],
+        ["report", str(run), "--embeddings"],
+        ["report", str(root), "--embeddings"],
+        ["upgrade", str(run)],
+        ["upgrade", str(run), "--trust-pickles"],
+    ]
+    for args in commands:
+        res = cli(*args)
+        assert "Traceback" not in res.stderr, (args, res.stderr)
+        assert not marker.exists(), f"`fedwear {' '.join(args)}` ran the pickle"
