@@ -81,11 +81,13 @@ def test_overwrite_starts_the_selected_runs_again_and_only_those(table, tmp_path
     local = (out / "local-s0" / "metrics.csv").read_bytes()
     (out / "fedavg-s0" / "summary.json").unlink()  # stopped before any checkpoint: cannot resume
     (out / "fedavg-s0" / CHECKPOINT).unlink()
-    stuck = CliRunner().invoke(app, [*args, "--methods", "fedavg", "--seeds", "0"])
-    assert stuck.exit_code == 2 and "--overwrite" in stuck.output and "Traceback" not in stuck.output
+    restarted = CliRunner().invoke(app, args)  # the same command starts that run again
+    assert restarted.exit_code == 0, restarted.output
+    assert "starting it again" in (out / "fedavg-s0" / "run.log").read_text()
+    assert (out / "fedavg-s0" / "summary.json").exists()
+    assert (out / "local-s0" / "metrics.csv").read_bytes() == local  # finished: reused
     again = CliRunner().invoke(app, [*args, "--methods", "fedavg", "--seeds", "0", "--overwrite"])
     assert again.exit_code == 0, again.output
-    assert (out / "fedavg-s0" / "summary.json").exists()
     assert (out / "local-s0" / "metrics.csv").read_bytes() == local  # not selected: untouched
     assert "--overwrite" not in results.read_text()  # the stated command makes the runs without it
     both = CliRunner().invoke(app, [*args, "--overwrite", "--report-only"])
