@@ -339,3 +339,11 @@ def test_no_command_executes_a_crafted_pickle_in_a_run_folder(tmp_path):
         res = cli(*args)
         assert "Traceback" not in res.stderr, (args, res.stderr)
         assert not marker.exists(), f"`fedwear {' '.join(args)}` ran the pickle"
+
+
+def test_a_typo_in_compare_methods_names_the_option_typed(tmp_path):
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(tiny_config()))
+    res = cli("compare", str(cfg_path), "--methods", "fedavg,fedavgg", "--out", str(tmp_path / "cmp"))
+    assert_one_line_error(res, "--methods: unknown method 'fedavgg'", "did you mean fedavg")
+    assert "--set" not in res.stderr and not (tmp_path / "cmp").exists()

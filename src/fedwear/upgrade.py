@@ -19,6 +19,15 @@ from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.errors import FedwearError
 
 
+def run_folders(paths: list[Path]) -> list[Path]:
+    """The folders with a ``config.yaml`` among ``paths`` and, for the others, below them."""
+    found = [p for p in paths if (p / "config.yaml").is_file()]
+    found += [c.parent for p in paths if p not in found for c in sorted(p.glob("**/config.yaml"))]
+    if not found:
+        raise FedwearError(f"no run folder (with a config.yaml) in {', '.join(map(str, paths))}")
+    return found
+
+
 def upgrade_folder(run: Path, trust_pickles: bool = False) -> str:
     """Adopt ``run`` (see the module's docstring); what was done, in a few words."""
     if not rundir.is_run(run) and not rundir.looks_like_old_run(run):

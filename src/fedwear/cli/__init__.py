@@ -142,15 +142,10 @@ def upgrade(
 ) -> None:
     """Adopt run folders written by an older fedwear: mark them as run folders (so --resume,
     --overwrite and compare accept them) and, with --trust-pickles, convert their checkpoints."""
-    from fedwear.upgrade import upgrade_folder
+    from fedwear.upgrade import run_folders, upgrade_folder
 
     try:
-        found = [f for f in folders if (f / "config.yaml").exists()] + [
-            sub for f in folders if not (f / "config.yaml").exists() for sub in sorted(f.glob("**/config.yaml"))]
-        runs = [f if f.name != "config.yaml" else f.parent for f in found]
-        if not runs:
-            raise FedwearError(f"no run folder (with a config.yaml) in {', '.join(map(str, folders))}")
-        for run in runs:
+        for run in run_folders(folders):
             typer.echo(f"{run}: {upgrade_folder(run, trust_pickles)}")
     except FedwearError as e:
         fail(e)
