@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fedwear import rundir
 from fedwear.config import dump_config
 from tests.helpers import tiny_config
 
@@ -75,12 +76,14 @@ def test_corrupt_mat_file_keeps_existing_outputs(tmp_path, data_root):
     (root / "Subject1" / "a2t1.mat").write_bytes(b"MATLAB 5.0 MAT-file garbage" + bytes(100))
     out = tmp_path / "run"
     out.mkdir()
+    rundir.write_marker(out)  # a previous run's folder, which --overwrite would replace
+    (out / "metrics.csv").write_text("previous run")
     (out / "notes.txt").write_text("keep me")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(dump_config(tiny_config(**{"dataset.name": "usc_had", "dataset.root": str(root)})))
-    assert_one_line_error(fedwear("run", str(cfg), "--out", str(out)), "a2t1.mat")
-    assert (out / "notes.txt").read_text() == "keep me"
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert_one_line_error(fedwear("run", str(cfg), "--out", str(out), "--overwrite"), "a2t1.mat")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_nan_in_signal(tmp_path, hapt_root):
