@@ -88,6 +88,9 @@ def compare(
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (processes); threads are split between them")] = 1,
     overwrite: Annotated[bool, typer.Option(help="redo every run (default: reuse finished runs, resume unfinished ones)")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    test_against: Annotated[str | None, typer.Option(help="a method of --methods: test each other method against "
+                                                          "it on evaluation.best_metric, paired by (seed, client) "
+                                                          "(Wilcoxon, Holm-corrected; bootstrap interval)")] = None,
 ) -> None:
     """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV).
 
@@ -106,6 +109,9 @@ def compare(
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
         check_method_names("--methods", names)
+        if test_against is not None and test_against not in names:
+            raise FedwearError(f"--test-against {test_against!r} is not one of --methods ({', '.join(names)}): "
+                               "name the reference among them")
         seed_list = parse_seeds("--seeds", seeds)
         base = load_config(config, set_ or [])
         root = out or Path("runs") / f"compare-{Path(config).stem}"
@@ -121,7 +127,13 @@ def compare(
                 runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
         done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 else None)
         summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
-        md, frame = comparison_table(summaries, select, base)
+        tests = None
+        if test_against is not None:
+            from fedwear.reproduce.claims import tests_against
+
+            tests = tests_against({name: [(done[where], where) for n, _, where in runs if n == name] for name in names},
+                                  test_against, select, base)
+        md, frame = comparison_table(summaries, select, base, tests)
     except FedwearError as e:
         fail(e)
     except KeyboardInterrupt as e:

@@ -31,7 +31,7 @@ def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out:
 
 
 def reproduce(
-    table: Annotated[str | None, typer.Argument(help="e.g. protohar:table2 (--list shows all)")] = None,
+    table: Annotated[str | None, typer.Argument(help="e.g. protohar:table2 (--list shows all); with --claims: a paper (protohar) or none for all")] = None,
     root: Annotated[str | None, typer.Option(help="folder of the dataset's original files (dataset.root)")] = None,
     seeds: Annotated[str | None, typer.Option(help="comma-separated seeds for every method (default: the table's)")] = None,
     methods: Annotated[str | None, typer.Option(help="comma-separated methods to run (default: all the table's); "
@@ -48,6 +48,10 @@ def reproduce(
     overwrite: Annotated[bool, typer.Option(help="start the selected runs again from round 0 (with --methods and "
                                                  "--seeds: only those); the default reuses or resumes them")] = False,
     list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced")] = False,
+    claims: Annotated[bool, typer.Option(help="test the papers' registered claims on the run folders and write the "
+                                              "ledger (default results/claims.md); runs nothing; --root: the folder "
+                                              "of the datasets' folders (default ../shared/data)")] = False,
+    runs_root: Annotated[Path, typer.Option(help="with --claims: the folder of the tables' run folders")] = Path("results/runs"),
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
 ) -> None:
     """Run a paper's table (resumable: the same command continues it) and write the results file
@@ -58,6 +62,9 @@ def reproduce(
 
     console_logging()
     try:
+        if claims:
+            typer.echo(_write_claims(table, root, runs_root, results))
+            return
         if list_ or table is None:
             from fedwear.reproduce.run_files import table_progress
 
@@ -89,3 +96,19 @@ def reproduce(
         fail(e)
     except KeyboardInterrupt as e:
         interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
+
+
+def _write_claims(table: str | None, root: str | None, runs_root: Path, results: Path | None) -> str:
+    """``fedwear reproduce --claims``: the ledger of every paper's claims (or one paper's: ``table``
+    names it), from the run folders under ``runs_root``."""
+    from fedwear.reproduce import claims as cl
+
+    if table is not None and table not in cl.PAPERS:
+        raise FedwearError(f"--claims {table!r}: name a paper ({', '.join(cl.PAPERS)}) or none for all")
+    command = command_line("fedwear reproduce", [table] if table else [],
+                           [("--claims", True), ("--root", root), ("--results", results),
+                            ("--runs-root", runs_root if runs_root != Path("results/runs") else None)])
+    target = results or Path("results") / "claims.md"
+    papers = {p: cl.paper_claims(p) for p in ([table] if table else cl.PAPERS)}
+    text = cl.write_ledger(papers, target, command, runs_root, Path("results"), Path(root or "../shared/data"))
+    return text + f"\nclaims: {target}"

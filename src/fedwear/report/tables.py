@@ -89,10 +89,12 @@ def _named(missing: dict[str, list[str]], rounds: dict[str, int] | None = None) 
                      for v in ordered_views(missing))
 
 
-def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig) -> tuple[str, pd.DataFrame]:
+def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig,
+                     tests: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Markdown table and a long-form frame. Each cell is, over seeds, the mean ± population std
     (ddof=0) of the per-seed sample-weighted means over clients (test split), classification in
-    %, regression as :data:`~fedwear.report.units.REGRESSION_NOTE` says."""
+    %, regression as :data:`~fedwear.report.units.REGRESSION_NOTE` says. ``tests``
+    (``reproduce.claims.tests_against``) adds each method's paired test against a reference."""
     views = ordered_views(v for runs in summaries.values() for s in runs for v in s[select])
     metrics = task_metrics([vals for runs in summaries.values() for s in runs for vals in s[select].values()])
     factor = 100.0 if in_percent(metrics) else 1.0
@@ -111,7 +113,17 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
                 mean, std = factor * vals.mean(), factor * vals.std()
                 cells.append(f"{mean:.2f} ± {std:.2f}" if factor == 100.0 else f"{mean:.4g} ± {std:.3g}")
                 records.append({"method": method, "view": v, "metric": m, "mean": mean, "std": std, "seeds": len(vals)})
+        if tests:
+            t = tests["rows"].get(method)
+            cells += [f"{t['effect']:+.3g} [{t['low']:+.3g}, {t['high']:+.3g}]", f"{t['p_holm']:.3g}", str(t["n"])] \
+                if t else ["reference", "", ""]
+            if t:
+                records.append({"method": method, "view": tests["view"], "metric": f"{tests['metric']} vs {tests['reference']}",
+                                "mean": t["effect"], "low": t["low"], "high": t["high"], "p_holm": t["p_holm"], "pairs": t["n"]})
         rows.append("| " + " | ".join(cells) + " |")
+    if tests:
+        ref = tests["reference"]
+        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "pairs"]
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
         f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
@@ -120,5 +132,10 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
         f"over seeds {seeds}; "
         + (f"in %; AUC={cfg.evaluation.auc}" if factor == 100.0 else REGRESSION_NOTE)
     )
+    if tests:
+        caption += (f"; Δ: each method minus {tests['reference']} in {tests['view']} {tests['metric']} (positive: better), "
+                    "paired by (seed, client) at the same round, mean with a 95% bootstrap interval "
+                    "(scipy.stats.bootstrap, percentile); p: two-sided Wilcoxon signed-rank test on those pairs "
+                    "(scipy.stats.wilcoxon), Holm-corrected over the methods")
     md = "\n".join([caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows])
     return md, pd.DataFrame(records)
