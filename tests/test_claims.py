@@ -40,6 +40,7 @@ def _write_runs(exp: Experiment, runs_root: Path, accuracy: dict[str, float]) ->
             rows += [f"0,{client},personalized,test,10,20,0.1,0.1,0.5",
                      f"3,{client},personalized,test,10,20,{acc},{acc - 0.1},0.9"]
         (where / "metrics.csv").write_text("\n".join(rows) + "\n")
+        (where / "rounds.csv").write_text("round\n" + "".join(f"{r}\n" for r in range(1, cfg.rounds + 1)))
 
 
 CLAIM = cl.Claim(id="tiny-claim", statement="FedAvg beats Local", source="nowhere, Table 0", view="personalized",
@@ -57,7 +58,7 @@ def test_a_verdict_follows_the_numbers_and_flips_when_the_runs_are_swapped(tmp_p
     assert got.verdict == cl.HOLDS
     (_, _, test), = got.tests
     assert test.n == 12 and test.effect == pytest.approx(20.0) and test.low > 0 and test.p < 0.05
-    assert got.runs == {"fedavg": "s0 (0/3), s1 (0/3), s2 (0/3)", "local": "s0 (0/3), s1 (0/3), s2 (0/3)"}
+    assert got.runs == {"fedavg": "s0 (3/3), s1 (3/3), s2 (3/3)", "local": "s0 (3/3), s1 (3/3), s2 (3/3)"}
     runs = tmp_path / "runs" / "tiny"
     for seed in (0, 1, 2):  # the two methods' numbers swapped
         a, b = runs / f"fedavg-s{seed}" / "metrics.csv", runs / f"local-s{seed}" / "metrics.csv"
@@ -67,6 +68,17 @@ def test_a_verdict_follows_the_numbers_and_flips_when_the_runs_are_swapped(tmp_p
     flipped = _verdict(exp, tmp_path)
     assert flipped.verdict == cl.FAILS
     assert flipped.tests[0][2].effect == pytest.approx(-20.0) and flipped.tests[0][2].high < 0
+
+
+def test_a_run_short_of_its_rounds_decides_nothing(tmp_path):
+    """A clear difference between a finished run and one stopped early is not a verdict: the
+    stopped one's numbers are of a smaller budget."""
+    exp = _table(tmp_path)
+    _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6})
+    (tmp_path / "runs" / "tiny" / "local-s1" / "rounds.csv").write_text("round\n1\n")
+    got = _verdict(exp, tmp_path)
+    assert got.verdict == cl.OPEN and got.tests[0][2].p < 0.05
+    assert "local ran fewer rounds than planned" in got.reason
 
 
 def test_lower_is_better_metrics_turn_the_direction():

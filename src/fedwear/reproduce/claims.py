@@ -25,7 +25,7 @@ when one does not.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -271,11 +271,21 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
         return Outcome(claim, UNTESTABLE, folder, run_text,
                        reason=f"no run of {', '.join(missing)} with numbers in {folder}")
     lower = claim.metric in LOWER_IS_BETTER
-    tests = [(a, b, paired_test(paired_differences(values[a], values[b], lower))) for a, b in claim.comparisons]
+    # a run short of its budget (its planned rounds, or the results file's --at-round) decides nothing yet
+    short = {m for m, v in runs.items() for _, ran, planned in v if ran < min(planned, at_round or planned)}
+    tests = []
+    for a, b in claim.comparisons:
+        test = paired_test(paired_differences(values[a], values[b], lower))
+        if {_method_view(a, claim.view)[0], _method_view(b, claim.view)[0]} & short and test.verdict != OPEN:
+            test = replace(test, verdict=OPEN)
+        tests.append((a, b, test))
     verdicts = {t.verdict for _, _, t in tests}
     verdict = FAILS if FAILS in verdicts else OPEN if OPEN in verdicts else HOLDS
-    return Outcome(claim, verdict, folder, run_text, tests,
-                   reason=f"at round {at_round} (`--at-round` of {exp.results})" if at_round else "")
+    notes = [f"at round {at_round} (`--at-round` of {exp.results})"] if at_round else []
+    if short:
+        notes.append(f"{', '.join(sorted(short))} ran fewer rounds than planned: a comparison with them is "
+                     "inconclusive at this budget, whatever its p")
+    return Outcome(claim, verdict, folder, run_text, tests, reason="; ".join(notes))
 
 
 def _num(x: float, digits: int) -> str:
