@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from fedwear.errors import FedwearError
-from fedwear.report.embeddings import Restored, restore
-from fedwear.report.rundir import load_run
+from fedwear.report.embeddings import Restored, restore_run
 from fedwear.seeding import derive_seed
 
 
@@ -34,10 +33,7 @@ def restored(run: Path, root: str) -> Restored:
     """The run's config, checkpoint, method and data (as ``fedwear report`` rebuilds them)."""
     if not (run / "config.yaml").is_file():
         raise FedwearError(f"{run}: not a run folder (no config.yaml)")
-    out = restore(load_run(run), Path(root))
-    if not isinstance(out, Restored):
-        raise FedwearError(f"{run}: {out.reason}")
-    return out
+    return restore_run(run, Path(root))
 
 
 def members(r: Restored) -> dict[str, list[str]]:

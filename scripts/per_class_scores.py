@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from sklearn.metrics import classification_report
 
+from fedwear.engines.client import forward
 from fedwear.errors import FedwearError
-from fedwear.evaluation.metrics import macro_f1, predict
-from fedwear.report.embeddings import Skipped, class_names, client_predictor, restore
-from fedwear.report.rundir import load_run
+from fedwear.evaluation.metrics import macro_f1
+from fedwear.report.embeddings import class_names, client_predictor, restore_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,12 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
-        restored = restore(load_run(args.run), args.root)
+        restored = restore_run(args.run, args.root)
     except FedwearError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if isinstance(restored, Skipped):
-        print(f"error: {args.run}: {restored.reason}", file=sys.stderr)
         return 2
     names = class_names(restored.cfg, restored.data)
     q = len(names)
@@ -51,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ys, preds = [], []
     for c in restored.data.clients:
         predictor = client_predictor(restored.method, restored.checkpoint, c, restored.cfg)
-        pred = predict(predictor, c.test.x, bs).argmax(1)
+        pred = forward(predictor, c.test.x, bs).argmax(1).numpy()
         ys.append(c.test.y)
         preds.append(pred)
         counts = (" ".join(f"{n:3d}" for n in np.bincount(y, minlength=q)) for y in (c.test.y, c.train.y))

@@ -41,8 +41,7 @@ from fedwear.errors import FedwearError
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import PARTS
 from fedwear.methods.meta import own_classes
-from fedwear.report.embeddings import Skipped, restore
-from fedwear.report.rundir import load_run
+from fedwear.report.embeddings import restore_run
 from fedwear.seeding import derive_seed
 
 SETTINGS = ("as run", "kept Adam, BN frozen", "BN only", "fresh Adam 1e-3")
@@ -74,12 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
-        restored = restore(load_run(args.run), args.root)
+        restored = restore_run(args.run, args.root)
     except FedwearError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if isinstance(restored, Skipped):
-        print(f"error: {args.run}: {restored.reason}", file=sys.stderr)
         return 2
     m, ck, cfg = restored.method, restored.checkpoint, restored.cfg
     rnd = ck["round"]

@@ -43,7 +43,7 @@ from fedwear.evaluation.predictor import Predictor
 from fedwear.methods import Method, Record, Task, build_method
 from fedwear.methods.fedavg import FedAvg
 from fedwear.report.plots import Groups, Plot, _new_figure, _save
-from fedwear.report.rundir import Run
+from fedwear.report.rundir import Run, load_run
 
 FILE = "embeddings-tsne.png"
 POINTS = "embeddings-tsne.json"  # the panels' points, beside the figure
@@ -333,6 +333,15 @@ def restore(run: Run, root: Path | None = None, data_cache: dict | None = None
     method, data = m
     ckpt["clients"] = saved_states(ckpt.get("clients") or {}, run.path)  # client_states=disk: files
     return Restored(run, cfg, ckpt, method, data)
+
+
+def restore_run(path: Path, root: Path | None = None) -> Restored:
+    """:func:`restore` of the run folder ``path``, or a one-line FedwearError saying why it
+    cannot be rebuilt (what the analysis scripts need)."""
+    out = restore(load_run(path), root)
+    if isinstance(out, Skipped):
+        raise FedwearError(f"{path}: {out.reason}")
+    return out
 
 
 def build_method_for(cfg: RunConfig, run: Run, data_cache: dict | None = None
