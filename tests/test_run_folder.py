@@ -46,6 +46,18 @@ def wait_for_rows(path: Path, rows: int, proc: subprocess.Popen, timeout: float 
     raise AssertionError(f"{path} did not reach {rows} rows")
 
 
+def ctrl_c_after(cfg_path: Path, out: Path, rows: int) -> str:
+    """`fedwear run` into ``out``, sent SIGINT once ``rows`` rounds are written; its stderr, after
+    checking it exited 130."""
+    proc = subprocess.Popen([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(out / "rounds.csv", rows, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    return err
+
+
 # --- the marker, and what --overwrite removes ---------------------------------------------
 
 
@@ -170,12 +182,7 @@ def test_grid_workers_end_when_their_parent_is_killed(tmp_path):
 def test_ctrl_c_finishes_the_round_checkpoints_it_and_says_so(tmp_path):
     cfg_path = slow_config_file(tmp_path, checkpoint_every=1000)
     out = tmp_path / "run"
-    proc = subprocess.Popen([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for_rows(out / "rounds.csv", 3, proc)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    err = ctrl_c_after(cfg_path, out, rows=3)
     assert not (out / "summary.json").exists()
     last = rundir.last_round(out / "rounds.csv")
     end = (out / "run.log").read_text().strip().splitlines()[-1]
@@ -193,12 +200,7 @@ def test_ctrl_c_finishes_the_round_checkpoints_it_and_says_so(tmp_path):
 def test_an_interrupt_without_checkpoints_says_nothing_can_be_resumed(tmp_path):
     cfg_path = slow_config_file(tmp_path, checkpoint_every=0)
     out = tmp_path / "run"
-    proc = subprocess.Popen([*CMD, "run", str(cfg_path), "--out", str(out), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for_rows(out / "rounds.csv", 2, proc)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    err = ctrl_c_after(cfg_path, out, rows=2)
     assert "nothing can be resumed: start again with --overwrite" in err
     assert "--resume" not in err
     assert "no checkpoint (checkpoint_every=0)" in (out / "run.log").read_text().splitlines()[-1]
