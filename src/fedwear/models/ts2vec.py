@@ -60,7 +60,8 @@ class TSEncoder(nn.Module):
         if (mask or self.mask) == "binomial" and self.training:
             keep = torch.rand(h.shape[:2], device=h.device) < self.keep_probability
             h = h * keep.unsqueeze(-1)
-        h = self.blocks(h.transpose(1, 2))
+        # contiguous: GELU's backward on a transposed view takes ~7x as long (one thread)
+        h = self.blocks(h.transpose(1, 2).contiguous())
         return self.dropout(h).transpose(1, 2)
 
 
