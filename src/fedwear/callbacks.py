@@ -171,6 +171,19 @@ class RunLog(Callback):
         log.info("%s: method=%s dataset=%s engine=%s rounds=%d seed=%d config_hash=%s", where, cfg.method,
                  cfg.dataset.name, cfg.engine, cfg.rounds, cfg.seed, cfg.hash())
 
+    #: A round still under way after this many seconds logs each client's reply as it arrives.
+    SLOW_ROUND_S = 60.0
+
+    def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
+        self.round_start, self.replied, self.expected = time.perf_counter(), 0, len(clients)
+
+    def on_reply(self, runner: Runner, round: int, client: str) -> None:
+        self.replied += 1
+        elapsed = time.perf_counter() - self.round_start
+        if elapsed >= self.SLOW_ROUND_S:
+            log.info("round %d/%d: client %s done, %d of %d, %.0f s into the round", round, runner.cfg.rounds,
+                     client, self.replied, self.expected, elapsed)
+
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         loss = "no training loss" if math.isnan(info.train_loss) else f"train loss {info.train_loss:.4f}"
         log.info("round %d/%d: %d clients, %s, %d B down, %d B up, %.2f s%s", info.round, runner.cfg.rounds,
@@ -251,8 +264,9 @@ class Pause(Callback):
 
 
 class Progress(Callback):
-    """A rich progress bar: round, elapsed, ETA and the last personalized (or global) headline
-    metric: accuracy, or MSE for regression."""
+    """A rich progress bar: round, elapsed, ETA, the last round's time and the last personalized
+    (or global) headline metric (accuracy, or MSE for regression); below it a bar over the
+    clients of the round under way, for rounds that take minutes (PCFedH's clustering rounds)."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -272,11 +286,20 @@ class Progress(Callback):
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[acc]}"), transient=False,
         )
         self.bar.start()
-        self.task = self.bar.add_task(self.label, total=runner.cfg.rounds, completed=runner.start_round - 1, acc="")
-        self.t0 = time.perf_counter()
+        self.task = self.bar.add_task(self.label, total=runner.cfg.rounds, completed=runner.start_round - 1,
+                                      acc="")
+        self.clients = self.bar.add_task("", total=1, visible=False, acc="")
+
+    def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
+        self.bar.reset(self.clients, total=max(len(clients), 1), description=f"  round {round}: clients",
+                       visible=True)
+
+    def on_reply(self, runner: Runner, round: int, client: str) -> None:
+        self.bar.advance(self.clients)
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
-        acc = self.bar.tasks[0].fields["acc"]
+        fields = self.bar.tasks[0].fields
+        acc = fields["acc"].partition(" | ")[2]
         rows = [r for r in info.rows if r["split"] == "test" and r["view"] in ("personalized", "global")]
         if rows:
             view = "personalized" if any(r["view"] == "personalized" for r in rows) else "global"
@@ -284,7 +307,9 @@ class Progress(Callback):
             metric = KIND_METRICS[runner.method.task.kind][0]
             s = rows_summary(rows, metric, runner.cfg.evaluation.client_weights)
             acc = f"{view[:4]}. {metric[:3]} {s['weighted']:.3f}"
-        self.bar.update(self.task, completed=max(info.round, 0), acc=acc)
+        last = f"{info.wall_s:.1f} s/round"
+        self.bar.update(self.task, completed=max(info.round, 0), acc=f"{last} | {acc}" if acc else last)
+        self.bar.update(self.clients, visible=False)
 
     def on_end(self, runner: Runner) -> None:
         self.bar.stop()

@@ -8,13 +8,16 @@ client states and checkpoints are the in-process engine's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fedwear.engines.client import TRAINING_BYTES
 from fedwear.engines.sim import SimExecutor
 from fedwear.methods.api import Record
 
 
 class BatchedExecutor(SimExecutor):
-    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
+    def fit(self, round: int, downs: dict[str, Record],
+            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
         ids = list(downs)
         if not ids:
             return {}
@@ -28,4 +31,6 @@ class BatchedExecutor(SimExecutor):
         if method.training_bytes:  # the largest over the round's clients (0: the vectorised path)
             replies = {c: Record(up.arrays, {**up.scalars, TRAINING_BYTES: method.training_bytes})
                        for c, up in replies.items()}
+        for cid in replies if on_reply else ():  # trained together: all arrive at once
+            on_reply(cid)
         return replies

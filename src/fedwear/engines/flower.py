@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -301,7 +302,8 @@ class GridExecutor:
             client_of[node] = cid
         return msgs, client_of
 
-    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
+    def fit(self, round: int, downs: dict[str, Record],
+            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
         if self.cfg.flower.secagg.enabled:
             return self._secure_fit(round, downs)
         contents = {c: to_content(d, {"round": round}) for c, d in downs.items()}
@@ -319,6 +321,8 @@ class GridExecutor:
                 log.warning("round %d: client %s sent an unreadable reply: %s", round, cid, e)
                 continue
             self.bytes_up += wire_bytes(reply.content["arrays"])
+            if on_reply:
+                on_reply(cid)
         return out
 
     def _secure_fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:

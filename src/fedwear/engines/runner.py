@@ -6,12 +6,13 @@ loop as callbacks (``fedwear.callbacks``), never inside a method.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,7 +34,9 @@ class Executor(Protocol):
     states (the states, or an index of their files: ``fedwear.engines.store``), handed back to
     ``restore``; ``checkpoint_saved()`` says that checkpoint is on disk."""
 
-    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]: ...
+    def fit(self, round: int, downs: dict[str, Record],
+            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
+        """The replies of ``downs``' clients; ``on_reply(client)`` as each one's arrives."""
     def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]: ...
     def client_states(self) -> dict: ...
     def checkpoint_saved(self) -> None: ...
@@ -60,6 +63,10 @@ class RoundInfo:
 
 class Callback:
     def on_start(self, runner: Runner) -> None: ...
+    def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
+        """A round's clients were chosen; their training starts."""
+    def on_reply(self, runner: Runner, round: int, client: str) -> None:
+        """``client``'s reply of ``round`` arrived (in-process: its training finished)."""
     def on_round(self, runner: Runner, info: RoundInfo) -> None: ...
     def on_end(self, runner: Runner) -> None: ...
 
@@ -265,13 +272,19 @@ class Runner:
             return f"{where}; no checkpoint ({why}), so nothing can be resumed: start again with --overwrite"
         return f"{where}; checkpoint of round {self.checkpointed}: continue with --resume"
 
+    def _reply_arrived(self, r: int, client: str) -> None:
+        for cb in self.callbacks:
+            cb.on_reply(self, r, client)
+
     def run_round(self, r: int) -> RoundInfo:
         t0, c0 = time.perf_counter(), time.process_time()
         m = self.method
         selected = m.select(self.server, r, self.schedule[r - 1], self.roster.trainers)
         clients, plan = (selected.clients, selected.plan) if isinstance(selected, Selection) else (selected, None)
         downs = {c: m.configure(self.server, c, r) for c in clients}
-        replies = self.executor.fit(r, downs)
+        for cb in self.callbacks:
+            cb.on_round_start(self, r, clients)
+        replies = self.executor.fit(r, downs, functools.partial(self._reply_arrived, r))
         dropped: dict[str, str] = {}
         accepted: dict[str, Record] = {}
         for c in clients:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from fedwear.config import RunConfig
@@ -32,11 +33,14 @@ class SimExecutor:
         self.new = {c.client_id: ClientRuntime(method, c, cfg) for c in new}
         self.states: ClientStore = open_store(cfg.client_states, out)
 
-    def fit(self, round: int, downs: dict[str, Record]) -> dict[str, Record]:
+    def fit(self, round: int, downs: dict[str, Record],
+            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
         replies = {}
         for cid, down in downs.items():
             up, self.states[cid] = self.trainers[cid].fit(down, self.states.get(cid, Record()), round)
             replies[cid] = up
+            if on_reply:
+                on_reply(cid)
         return replies
 
     def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]:

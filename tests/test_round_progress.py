@@ -1,0 +1,57 @@
+"""Progress inside a round: each client's reply reaches the callbacks as it arrives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import fedwear
+from fedwear.callbacks import RunLog
+from fedwear.engines.runner import Callback
+from tests.helpers import tiny_config
+
+
+class Replies(Callback):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str]] = []
+
+    def on_round_start(self, runner, round, clients):
+        self.seen.append(("start", round, ",".join(clients)))
+
+    def on_reply(self, runner, round, client):
+        self.seen.append(("reply", round, client))
+
+
+@pytest.mark.parametrize("engine", ["sim", "batched"])
+def test_every_client_of_every_round_is_reported_once_after_the_round_starts(tmp_path: Path, engine: str) -> None:
+    cb = Replies()
+    fedwear.run(tiny_config(rounds=2, engine=engine, **{"evaluation.views": "[global]"}), tmp_path / "r",
+                quiet=True, callbacks=[cb])
+    rounds = pd.read_csv(tmp_path / "r" / "rounds.csv")
+    assert [(kind, r) for kind, r, _ in cb.seen] == [("start", 1), *[("reply", 1)] * 3, ("start", 2), *[("reply", 2)] * 3]
+    for r, clients in zip(rounds["round"], rounds["clients"], strict=True):
+        started = [ids for kind, rr, ids in cb.seen if kind == "start" and rr == r]
+        replied = [c for kind, rr, c in cb.seen if kind == "reply" and rr == r]
+        assert sorted(started[0].split(",")) == sorted(replied) == sorted(clients.split(";"))
+
+
+def test_a_slow_round_logs_each_reply_with_the_time_so_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RunLog, "SLOW_ROUND_S", 0.0)
+    fedwear.run(tiny_config(rounds=1, **{"evaluation.views": "[global]"}), tmp_path / "r", quiet=True)
+    lines = [ln for ln in (tmp_path / "r" / "run.log").read_text().splitlines() if "s into the round" in ln]
+    assert [ln.split("INFO ")[1].split(",")[0] for ln in lines] == [
+        f"round 1/1: client {c} done" for c in pd.read_csv(tmp_path / "r" / "rounds.csv")["clients"][0].split(";")]
+    assert lines[-1].split(", ")[1] == "3 of 3"
+
+
+def test_a_fast_round_logs_no_reply_lines(tmp_path: Path) -> None:
+    fedwear.run(tiny_config(rounds=1, **{"evaluation.views": "[global]"}), tmp_path / "r", quiet=True)
+    assert "s into the round" not in (tmp_path / "r" / "run.log").read_text()
+
+
+def test_the_progress_bar_shows_the_round_time(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fedwear.run(tiny_config(rounds=2, **{"evaluation.views": "[global]"}), tmp_path / "r", quiet=False)
+    out = capsys.readouterr()
+    assert "s/round" in out.out + out.err
