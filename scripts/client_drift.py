@@ -3,7 +3,7 @@
 Usage (from the repository root, with fedwear installed)::
 
     python scripts/client_drift.py results/runs/pcfedh-ppg_dalia/fedala-s0
-    python scripts/client_drift.py results/runs/pcfedh-ppg_dalia/fedsoft-s0 results/runs/pcfedh-ppg_dalia/pcfedh-s0
+    python scripts/client_drift.py results/runs/pcfedh-ppg_dalia/fedsoft-s0 results/runs/pcfedh-ppg_dalia/pcfedh-r1-s0
 
 Reads each run folder's ``checkpoint.npz`` and prints, at the checkpoint's round: the largest
 absolute difference between any client's model weight and the server's (for methods whose server

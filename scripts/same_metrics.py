@@ -2,8 +2,8 @@
 
 Usage (from the repository root)::
 
-    python scripts/same_metrics.py results/runs/pcfedh-ppg_dalia/pcfedh-s0 \\
-        results/runs/pcfedh-ppg_dalia/pcfedh-no_pcl-s0
+    python scripts/same_metrics.py results/runs/pcfedh-ppg_dalia/pcfedh-r1-s0 \\
+        results/runs/pcfedh-ppg_dalia/pcfedh-r1-no_pcl-s0
 
 Compares every run's metrics.csv with the first one's on the rows of the rounds all of them
 evaluated, and prints one line per run: identical, or the first round that differs. The notes of

@@ -5,10 +5,13 @@ from __future__ import annotations
 from fedwear.reproduce.experiment import Experiment
 
 PCFEDH_METHODS = ("local", "fedavg", "fedprox", "fedala", "ifca", "fedsoft", "fedce", "fedproto", "fedpcl", "pcfedh")
+#: What PCFedH's row ran: the code's variant, with its clustering rounds.
+PCFEDH_CODE = ("PCFedH's code (variant: code: unweighted encoder mean, share-weighted prototypes, "
+               "hierarchical InfoNCE, counting in train mode)")
+PCFEDH_R10 = PCFEDH_CODE + "; 10 clustering rounds (R_pcl = 10, as the paper)"
+PCFEDH_R1 = (PCFEDH_CODE + "; 1 clustering round, not 10 (its Table 4: R_pcl = 1 scores 2.562 MSE against "
+             "2.549 on PPG-DaLiA)")
 PCFEDH_VARIANTS = {
-    "pcfedh": "PCFedH's code (variant: code: unweighted encoder mean, share-weighted prototypes, "
-              "hierarchical InfoNCE, counting in train mode); 1 clustering round, not 10 (its Table 4: "
-              "R_pcl = 1 scores 2.562 MSE against 2.549 on PPG-DaLiA)",
     "fedavg": "FedAvg paper", "fedprox": "FedProx paper (mu 0.01)",
     "fedala": "FedALA paper/code (rand_percent 10, layer_idx 2, eta 0.1 as PCFedH's solver)",
     "ifca": "IFCA paper (K as PCFedH)", "fedsoft": "FedSoft paper/code (u from min-loss, every round)",
@@ -19,13 +22,14 @@ PCFEDH_VARIANTS = {
 #: a clustering round costs as much as ~24 soft-clustering rounds (15.6 CPU-min against 38.9 CPU-s,
 #: results/bench_pcfedh_rounds.md), so ten of them cost about half of the 500 soft rounds.
 PCFEDH_ONE_CLUSTERING_ROUND = ("method_options.pcfedh.pcl_rounds=1", "rounds=502")
+ABLATIONS = ("no_pcl", "no_cre", "no_sc")
 #: What the investigation of each flagged row of pcfedh:table2-ppg_dalia found so far.
 PCFEDH_PPG_FLAGGED = {
-    "pcfedh": (
+    "pcfedh-r1": (
         "open: seed 0 only. The 500 soft-clustering rounds are not the cause: its personalized MSE "
         "moved by -0.003 from round 252 to 502 and not at all after round 322, where the median client "
         "had taken part 262 times, so its StepLR had halved the learning rate 13 times (runs/"
-        "pcfedh-ppg_dalia/pcfedh-s0: metrics.csv, rounds.csv). The gap is PCFedH's own here: its "
+        "pcfedh-ppg_dalia/pcfedh-r1-s0: metrics.csv, rounds.csv). The gap is PCFedH's own here: its "
         "personal models score a higher MSE than FedAvg's one global model (round 170 of fedavg-s0) "
         "on 10 of the 15 clients, and its mean sits under FedAvg's only through s8 (7.14 against "
         "9.02), where the paper's PCFedH beats every baseline but FedProto and FedPCL by 0.048 to "
@@ -58,7 +62,7 @@ PCFEDH_PPG_FLAGGED = {
     ),
     "fedsoft": (
         "open: seed 0 only. It converged (-0.001 over its last 30 training rounds) 0.131 under the paper's "
-        "FedSoft and 0.067 under this table's PCFedH, which differs from it only in how u_ik is found and how "
+        "FedSoft and 0.067 under PCFedH's with 1 clustering round (pcfedh-r1-s0, pcfedh:table4), which differs from it only in how u_ik is found and how "
         "often (ycruan/FedSoft clients.py; the PCFedH paper, Algorithm 2), so the paper's gain of PCFedH over FedSoft (its Table 3, w/o DCP) does not appear "
         "at seed 0. By its last round FedSoft's min-loss u is nearly uniform (each client's largest u_ik is "
         "0.36-0.47, on the same cluster for all 15 clients: its cluster models have become alike, so its "
@@ -224,17 +228,17 @@ EXPERIMENTS = [
         config=f"pcfedh_{name}.yaml",
         methods=PCFEDH_METHODS,
         more_seeds={m: (0, 1, 2) for m in ("pcfedh", "fedavg", "fedprox")},
-        sets={"pcfedh": PCFEDH_ONE_CLUSTERING_ROUND},
+        sets=sets,
         run_first=("pcfedh", "fedavg", "fedprox"),
         paper=f"pcfedh:table2_{name}",
-        folder=f"pcfedh-{name}",  # pcfedh:table3 shares the PPG-DaLiA runs
-        variants=PCFEDH_VARIANTS,
+        folder=f"pcfedh-{name}",  # pcfedh:table3 and table4 share the PPG-DaLiA runs
+        variants={**PCFEDH_VARIANTS, "pcfedh": PCFEDH_R1 if sets else PCFEDH_R10},
         notes=notes,
         differences=PCFEDH_DIFFERENCES,
         flagged=PCFEDH_FLAGGED[name],
         results=f"pcfedh_{name}.md",
-    ) for name, title, notes in (
-        ("ppg_dalia", "PPG-DaLiA",
+    ) for name, title, sets, notes in (
+        ("ppg_dalia", "PPG-DaLiA", {},
          "15 clients, next heart rate from the last 150 values (0.5 Hz), chronological 80/20 split, "
          "HR / 100; LSTM(1 -> 10) predictor, Adam 1e-2, StepLR(100, 0.5) per local epoch, batch 64, "
          "5 local epochs; PCFedH: 10 clustering rounds (K = 4), 1 categorisation round, 500 soft-"
@@ -242,7 +246,7 @@ EXPERIMENTS = [
          "100, FedSoft 500 training rounds each after an estimation round); errors in bpm at the last round. "
          + one_cluster_note("pcfedh-ppg_dalia", "ppg_dalia_hr")
          + ". The paper's IFCA and FedCE cells sit within 0.011 MSE of its FedAvg, as one model's would"),
-        ("distracted_driving", "the distracted-driving data",
+        ("distracted_driving", "the distracted-driving data", {"pcfedh": PCFEDH_ONE_CLUSTERING_ROUND},
          "63 clients (the code's cleaning: drives 3-7, NA removed, windows with a zero HR dropped, "
          ">= 100 train windows), next heart rate from the last 150 values (1 Hz), chronological 80/20 "
          "split per drive; PCFedH with K = 5, M = 20, encoder lr 1e-2; otherwise as on PPG-DaLiA"),
@@ -254,7 +258,7 @@ EXPERIMENTS = [
         methods=PCFEDH_METHODS,
         sets={"pcfedh": PCFEDH_ONE_CLUSTERING_ROUND},
         run_first=("pcfedh", "fedavg", "fedprox"),
-        variants=PCFEDH_VARIANTS,
+        variants={**PCFEDH_VARIANTS, "pcfedh": PCFEDH_R1},
         notes=("35 clients, Empatica HR at 1 Hz, the PPG-DaLiA protocol otherwise. Empatica's HR.csv is a "
                "smoothed estimate: it moves by 0.12 bpm a second at the median (0.89 at the 99th "
                "percentile, over all 35 files), so repeating the last value already scores an MSE of "
@@ -267,47 +271,73 @@ EXPERIMENTS = [
         key="pcfedh:table3",
         title="PCFedH, Table 3 ablations on PPG-DaLiA",
         config="pcfedh_ppg_dalia.yaml",
-        methods=("pcfedh", "pcfedh-no_pcl", "pcfedh-no_cre", "pcfedh-no_sc", "fedsoft"),
-        sets={"pcfedh": PCFEDH_ONE_CLUSTERING_ROUND,
-              **{f"pcfedh-{a}": ("method=pcfedh", f"method_options.pcfedh.ablation={a}", *PCFEDH_ONE_CLUSTERING_ROUND)
-                 for a in ("no_pcl", "no_cre", "no_sc")}},
+        methods=("pcfedh", "pcfedh-no_pcl", "pcfedh-no_cre", "pcfedh-no_sc", "fedsoft",
+                 "pcfedh-r1", "pcfedh-r1-no_pcl", "pcfedh-r1-no_cre", "pcfedh-r1-no_sc"),
+        sets={**{f"pcfedh-{a}": ("method=pcfedh", f"method_options.pcfedh.ablation={a}") for a in ABLATIONS},
+              "pcfedh-r1": ("method=pcfedh", *PCFEDH_ONE_CLUSTERING_ROUND),
+              **{f"pcfedh-r1-{a}": ("method=pcfedh", f"method_options.pcfedh.ablation={a}", *PCFEDH_ONE_CLUSTERING_ROUND)
+                 for a in ABLATIONS}},
         paper="pcfedh:table3",
-        variants={"pcfedh": "as in pcfedh:table2-ppg_dalia (1 clustering round)",
-                  "pcfedh-no_pcl": "the encoder trained on InfoNCE only (1 clustering round: PCFedH's run, see its "
-                                   "finding)",
-                  "pcfedh-no_cre": "K-means on the raw windows, no encoder (1 clustering round)",
-                  "pcfedh-no_sc": "hard clusters: a client's largest cluster, no proximal term (1 clustering round)",
-                  "fedsoft": "w/o DCP = FedSoft (the paper's Table 3 row equals its FedSoft row)"},
-        notes="the PPG-DaLiA protocol of pcfedh:table2-ppg_dalia; each ablation switches one part off",
+        variants={"pcfedh": "as in pcfedh:table2-ppg_dalia (10 clustering rounds)",
+                  "pcfedh-no_pcl": "the encoder trained on InfoNCE only (10 clustering rounds)",
+                  "pcfedh-no_cre": "K-means on the raw windows, no encoder (10 clustering rounds)",
+                  "pcfedh-no_sc": "hard clusters: a client's largest cluster, no proximal term (10 clustering rounds)",
+                  "fedsoft": "w/o DCP = FedSoft (the paper's Table 3 row equals its FedSoft row)",
+                  "pcfedh-r1": "PCFedH with 1 clustering round (pcfedh:table4's R_pcl = 1 row; not in this table)",
+                  "pcfedh-r1-no_pcl": "w/o PCL with 1 clustering round (not in this table)",
+                  "pcfedh-r1-no_cre": "w/o CRE with 1 clustering round (not in this table)",
+                  "pcfedh-r1-no_sc": "w/o SC with 1 clustering round (not in this table)"},
+        notes=("the PPG-DaLiA protocol of pcfedh:table2-ppg_dalia; each ablation switches one part off. The "
+               "rows pcfedh-r1*: the same at 1 clustering round, run before the 10-round rows, beside them for "
+               "context (the paper's cells are at R_pcl = 10)"),
         flagged={
             "pcfedh": "the run of pcfedh:table2-ppg_dalia: see its finding there",
+            "pcfedh-r1": "the run of pcfedh:table4 (R_pcl = 1): see its finding there",
             "fedsoft": "the run of pcfedh:table2-ppg_dalia: see its finding there",
-            "pcfedh-no_pcl": (
+            "pcfedh-r1-no_pcl": (
                 "not a difference to measure at one clustering round: ProtoNCE pulls each window towards the "
                 "global prototypes of the previous clustering round (as the code, pcfedh/pcfedh), and with one "
                 "clustering round there is none, so this run is PCFedH's, bit for bit (python scripts/same_metrics.py "
-                "results/runs/pcfedh-ppg_dalia/pcfedh-s0 results/runs/pcfedh-ppg_dalia/pcfedh-no_pcl-s0), and it "
+                "results/runs/pcfedh-ppg_dalia/pcfedh-r1-s0 results/runs/pcfedh-ppg_dalia/pcfedh-r1-no_pcl-s0), and it "
                 "was stopped; read the PCFedH row. The ablation needs the paper's 10 clustering rounds (its "
                 "Table 3 gap: 0.004 MSE) for both rows: at 5-8 CPU-min a clustering round here, ~1 CPU-h more per "
                 "run, not spent"
             ),
-            "pcfedh-no_sc": (
+            "pcfedh-r1-no_sc": (
                 "seed 0, 502 rounds: 2.760 +- 2.128, 0.025 under the paper's 2.785 +- 1.957, and 0.087 above "
                 "PCFedH's 2.673 (the paper: 0.236 above). One client makes that gap: s8 scores 9.1 with hard "
                 "clusters against 7.1 with PCFedH's soft clustering; without s8, hard clusters score 2.310 +- 1.351 "
                 "and PCFedH 2.354 +- 1.380 over the other 14 (python scripts/client_errors.py "
-                "results/runs/pcfedh-ppg_dalia/pcfedh-s0 results/runs/pcfedh-ppg_dalia/pcfedh-no_sc-s0 --round 502 "
+                "results/runs/pcfedh-ppg_dalia/pcfedh-r1-s0 results/runs/pcfedh-ppg_dalia/pcfedh-r1-no_sc-s0 --round 502 "
                 "--without s8). Its MSE still moved by -0.030 over its last 50 rounds; seeds 1-2 were not run"
             ),
-            "pcfedh-no_cre": (
+            "pcfedh-r1-no_cre": (
                 "seed 0, 502 rounds: 2.685 +- 1.791, 0.012 above PCFedH's 2.673 +- 1.790 where the paper's w/o "
-                "CRE is 0.016 above its PCFedH (python scripts/client_errors.py results/runs/pcfedh-ppg_dalia/pcfedh-s0 "
-                "results/runs/pcfedh-ppg_dalia/pcfedh-no_cre-s0 --round 502), so its difference from the paper's "
+                "CRE is 0.016 above its PCFedH (python scripts/client_errors.py results/runs/pcfedh-ppg_dalia/pcfedh-r1-s0 "
+                "results/runs/pcfedh-ppg_dalia/pcfedh-r1-no_cre-s0 --round 502), so its difference from the paper's "
                 "cell (+0.120) is PCFedH's own (+0.124, see its finding), not the ablation's; its MSE moved by "
                 "-0.000 over its last 50 rounds; seeds 1-2 were not run"
             ),
         },
         results="pcfedh_ablations.md",
         folder="pcfedh-ppg_dalia",  # its pcfedh and fedsoft runs are table 2's
+    ),
+    Experiment(
+        key="pcfedh:table4",
+        title="PCFedH, Table 4: clustering rounds R_pcl on PPG-DaLiA",
+        config="pcfedh_ppg_dalia.yaml",
+        methods=("pcfedh-r1", "pcfedh"),
+        more_seeds={"pcfedh-r1": (0, 1, 2), "pcfedh": (0, 1, 2)},
+        sets={"pcfedh-r1": ("method=pcfedh", *PCFEDH_ONE_CLUSTERING_ROUND)},
+        paper="pcfedh:table4",
+        variants={"pcfedh-r1": PCFEDH_R1.replace(" (its Table 4: R_pcl = 1 scores 2.562 MSE against 2.549 on "
+                                                 "PPG-DaLiA)", ""),
+                  "pcfedh": PCFEDH_R10 + ": the run of pcfedh:table2-ppg_dalia"},
+        notes=("the PPG-DaLiA protocol of pcfedh:table2-ppg_dalia with R_pcl module-1 rounds before the "
+               "categorisation round and the 500 soft-clustering rounds; the paper's R_pcl = 5, 50 and 100 "
+               "were not run"),
+        flagged={"pcfedh-r1": PCFEDH_PPG_FLAGGED["pcfedh-r1"], "pcfedh": "the run of pcfedh:table2-ppg_dalia: see its finding there"},
+        results="pcfedh_r_pcl.md",
+        folder="pcfedh-ppg_dalia",
     ),
 ]
