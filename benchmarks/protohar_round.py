@@ -2,6 +2,8 @@
 
     python benchmarks/protohar_round.py --authors /tmp/protohar_code \
         --root ../shared/data/usc_had --rounds 6 --repeats 3
+    python benchmarks/protohar_round.py --authors /tmp/protohar_code \
+        --root ../shared/data/usc_had --whole-process --long 4 --repeats 1
 
 (a) fedwear: the packaged ``protohar_usc_had.yaml`` (the code-faithful protocol) with
 ``method=fedavg`` and all three evaluation views (personalized, generalization, global) every
@@ -18,6 +20,10 @@ fedwear round r = local training of round r + evaluation of its model (a callbac
 runner); authors' round r = ``evaluate()`` at the start of its round r + local training (the
 boundaries are the calls of ``Server.evaluate``, wrapped from outside; the last ends at
 ``save_results``). The medians skip round 1 of both (and fedwear's at-start round 0).
+
+``--whole-process`` measures the second way, as ``/usr/bin/time`` would: each side's process CPU
+(user + sys) of a ``--long``-round child minus that of a 1-round child, over ``--long - 1``, after
+one unmeasured warm-up child per side; everything a process does per round counts.
 """
 
 from __future__ import annotations
@@ -242,10 +248,11 @@ def flop_limit(train_windows: float, eval_windows: float) -> str:
 
 # ---- parent -------------------------------------------------------------------------------------
 
-def run_child(side: str, args: argparse.Namespace) -> tuple[dict, float]:
+def run_child(side: str, args: argparse.Namespace, rounds: int | None = None) -> tuple[dict, float]:
+    """The child's result and its whole process's CPU (user + sys, as ``/usr/bin/time`` counts it)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--authors", str(args.authors),
-           "--root", str(Path(args.root).resolve()), "--rounds", str(args.rounds)]
+           "--root", str(Path(args.root).resolve()), "--rounds", str(rounds or args.rounds)]
     cmd += [f"--set={s}" for s in args.set]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -255,6 +262,31 @@ def run_child(side: str, args: argparse.Namespace) -> tuple[dict, float]:
     line = next(x for x in reversed(out.stdout.splitlines()) if x.startswith(MARK))
     total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return json.loads(line[len(MARK):]), total
+
+
+def whole_process(args: argparse.Namespace) -> None:
+    """The second way: each side's process CPU (user + sys) of a ``--long``-round run minus that
+    of a 1-round run, over ``--long - 1``: a round's cost with everything a process does per
+    round (logging, result files, evaluation), start-up and the final round's extras cancelled.
+    One unmeasured 1-round warm-up per side first (file caches); then per repeat the sides'
+    pairs interleaved (fedwear 1, authors 1, fedwear long, authors long)."""
+    for side in ("fedwear", "authors"):
+        run_child(side, args, 1)
+    cpu: dict[str, dict[int, list[float]]] = {s: {1: [], args.long: []} for s in ("fedwear", "authors")}
+    for rep in range(args.repeats):
+        for rounds in (1, args.long):
+            for side in ("fedwear", "authors"):
+                cpu[side][rounds].append(run_child(side, args, rounds)[1])
+                print(f"repeat {rep} {side} {rounds} rounds: {cpu[side][rounds][-1]:.1f} CPU-s", file=sys.stderr, flush=True)
+    print(f"whole-process CPU (user + sys), {args.repeats} repeats, 1 and {args.long} rounds, a warm-up run first\n")
+    print(f"| side | 1 round, CPU-s (median) | {args.long} rounds, CPU-s (median) | CPU-s a round |")
+    print("|---|---:|---:|---:|")
+    per = {}
+    for side, runs in cpu.items():
+        one, long = statistics.median(runs[1]), statistics.median(runs[args.long])
+        per[side] = (long - one) / (args.long - 1)
+        print(f"| {side} | {one:.1f} | {long:.1f} | {per[side]:.2f} |")
+    print(f"\nfedwear / authors (whole-process CPU a round): {per['fedwear'] / per['authors']:.2f}")
 
 
 def stats(values: list[float]) -> str:
@@ -269,6 +301,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip", type=int, default=1, help="rounds 1..skip left out of the medians (warm-up)")
     ap.add_argument("--set", action="append", default=[], help="extra fedwear overrides")
+    ap.add_argument("--whole-process", action="store_true",
+                    help="measure the second way: process CPU of --long rounds minus 1 round, per round")
+    ap.add_argument("--long", type=int, default=4, help="with --whole-process: rounds of the long run")
     ap.add_argument("--child", choices=["fedwear", "authors"], help=argparse.SUPPRESS)
     ap.add_argument("--profile", type=int, default=0,
                     help="with --child fedwear: cProfile round N+1 (printed to stderr)")
@@ -276,6 +311,9 @@ def main() -> None:
     if args.child:
         res = fedwear_child(args) if args.child == "fedwear" else authors_child(args)
         print(MARK + json.dumps(res), flush=True)
+        return
+    if args.whole_process:
+        whole_process(args)
         return
 
     per_side: dict[str, list[dict]] = {"fedwear": [], "authors": []}
