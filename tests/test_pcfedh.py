@@ -159,3 +159,24 @@ def test_ablations_run(tmp_path: Path, ablation: str) -> None:
                                     "method_options.pcfedh": {**OPTIONS, "ablation": ablation}})
     res = fedwear.run(cfg, tmp_path / ablation, quiet=True)
     assert np.isfinite(res.metrics["mse"]).all()
+
+
+def test_rounds_ending_in_the_clustering_phase_are_warned_with_the_rounds_needed(tmp_path: Path,
+                                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """``--set rounds=3`` on a PCFedH config used to run only module 1 and evaluate nothing, silently."""
+    cfg = tiny_regression_config(**{"method": "pcfedh", "rounds": 2, "evaluation.every": 1,
+                                    "method_options.pcfedh": {**OPTIONS, "pcl_rounds": 3}})
+    with caplog.at_level("WARNING", logger="fedwear"):
+        fedwear.run(cfg, tmp_path / "r", quiet=True)
+    said = [r.getMessage() for r in caplog.records if "ends before" in r.getMessage()]
+    assert said == ["rounds=2 ends before pcfedh evaluates any round (evaluation.every=1): set rounds >= 5"]
+    assert said[0] in (tmp_path / "r" / "run.log").read_text()
+
+
+def test_a_run_that_evaluates_is_not_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = tiny_regression_config(**{"method": "pcfedh", "rounds": 3, "evaluation.every": 5,
+                                    "method_options.pcfedh": OPTIONS})
+    with caplog.at_level("WARNING", logger="fedwear"):
+        fedwear.run(cfg, tmp_path / "r", quiet=True)
+    assert not [r for r in caplog.records if "ends before" in r.getMessage()]
+    assert (pd.read_csv(tmp_path / "r" / "metrics.csv")["round"] == 3).any()

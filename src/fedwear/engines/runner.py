@@ -211,12 +211,27 @@ class Runner:
     def evaluation_due(self, r: int) -> bool:
         return self.method.evaluation_due(r, self.cfg.evaluation.every, self.cfg.rounds)
 
+    def warn_if_never_evaluated(self) -> None:
+        """A warning when no round of the run is evaluated (PCFedH's clustering phase outlasting
+        ``rounds``, say), naming the smallest ``rounds`` that evaluates one."""
+        cfg = self.cfg
+        if not cfg.evaluation.views or cfg.evaluation.at_start or any(
+                self.evaluation_due(r) for r in range(1, cfg.rounds + 1)):
+            return
+        every, m = cfg.evaluation.every, self.method
+        need = next((n for n in range(cfg.rounds + 1, cfg.rounds + 100_001) if m.evaluation_due(n, every, n)), None)
+        fix = f"set rounds >= {need}" if need else "check evaluation.every and the method's phases"
+        log.warning("rounds=%d ends before %s evaluates any round (evaluation.every=%d): %s",
+                    cfg.rounds, cfg.method, every, fix)
+
     def run(self) -> None:
         """The rounds from ``start_round`` on. A first Ctrl-C (SIGINT, main thread) lets the round
         in progress finish, checkpoints it and stops (``interrupted = "after"``); a second one
         stops at once (``"during"``: the last checkpoint stands)."""
         for cb in self.callbacks:
             cb.on_start(self)
+        if self.start_round == 1:
+            self.warn_if_never_evaluated()
         try:
             with self._interruptible():
                 if self.start_round == 1 and self.cfg.evaluation.at_start:
