@@ -89,6 +89,10 @@ PROTOHAR_VARIANTS = {
 }
 
 
+#: Table IV's + RP rows: run name -> epsilon of Eq. 5 (ProtoHAR, Sec. IV-E).
+RP_ROWS = {"protohar-rp0.01": 0.01, "protohar-rp0.1": 0.1, "protohar-rp1": 1.0, "protohar-rp10": 10.0}
+
+
 EXPERIMENTS = [
     Experiment(
         key="protohar:table2",
@@ -155,5 +159,21 @@ EXPERIMENTS = [
             "basic activities' (results/protohar_uci_hapt_per_class.txt, scripts/per_class_scores.py)"
         ),
         results="protohar_uci_hapt.md",
+    ),
+    Experiment(
+        key="protohar:table4",
+        title="ProtoHAR, Table IV on USC-HAD: reweighted prototypes (+ RP, Eq. 5)",
+        config="protohar_usc_had.yaml",
+        methods=("protohar", *RP_ROWS),
+        more_seeds={m: (0, 1, 2) for m in ("protohar", *RP_ROWS)},
+        sets={row: ("method=protohar", f"method_options.protohar.reweight={eps}") for row, eps in RP_ROWS.items()},
+        run_first=("protohar-rp0.01",),
+        paper="protohar:table4",
+        variants={"protohar": PROTOHAR_VARIANTS["protohar"] + ": the runs of protohar:table2",
+                  **{row: f"{PROTOHAR_VARIANTS['protohar']}, prototypes reweighted by exp(eps cos) with eps = {eps} "
+                          "(the code's --weighting --beta)" for row, eps in RP_ROWS.items()}},
+        notes="the protocol of protohar:table2; + RP reweights each client's class prototype (Eq. 5)",
+        results="protohar_reweight.md",
+        folder="protohar-table2",  # its ProtoHAR runs are Table II's
     ),
 ]
