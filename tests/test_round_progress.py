@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +36,29 @@ def test_every_client_of_every_round_is_reported_once_after_the_round_starts(tmp
         started = [ids for kind, rr, ids in cb.seen if kind == "start" and rr == r]
         replied = [c for kind, rr, c in cb.seen if kind == "reply" and rr == r]
         assert sorted(started[0].split(",")) == sorted(replied) == sorted(clients.split(";"))
+
+
+class Steps(Callback):
+    """Each client's optimiser steps, checked against its epochs x batches when its reply arrives."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = {}
+        self.checked: list[tuple[str, int, int]] = []
+
+    def on_step(self, runner, round, client):
+        self.steps[client] = self.steps.get(client, 0) + 1
+
+    def on_reply(self, runner, round, client):
+        n = len(runner.executor.trainers[client].data.train)
+        want = runner.cfg.local_epochs * math.ceil(n / runner.cfg.batch_size)
+        self.checked.append((client, self.steps.pop(client, 0), want))
+
+
+def test_each_optimiser_step_of_a_client_is_reported_before_its_reply(tmp_path: Path) -> None:
+    cb = Steps()
+    fedwear.run(tiny_config(rounds=2, **{"evaluation.views": "[global]"}), tmp_path / "r", quiet=True, callbacks=[cb])
+    assert len(cb.checked) == 6 and all(got == want > 0 for _, got, want in cb.checked)
+    assert not cb.steps  # no step after a client's reply
 
 
 def test_a_slow_round_logs_each_reply_with_the_time_so_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -266,7 +266,8 @@ class Pause(Callback):
 class Progress(Callback):
     """A rich progress bar: round, elapsed, ETA, the last round's time and the last personalized
     (or global) headline metric (accuracy, or MSE for regression); below it a bar over the
-    clients of the round under way, for rounds that take minutes (PCFedH's clustering rounds)."""
+    clients of the round under way and the current client's optimiser steps, for rounds that take
+    minutes (PCFedH's clustering rounds)."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -291,11 +292,17 @@ class Progress(Callback):
         self.clients = self.bar.add_task("", total=1, visible=False, acc="")
 
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
+        self.steps = 0
         self.bar.reset(self.clients, total=max(len(clients), 1), description=f"  round {round}: clients",
                        visible=True)
 
+    def on_step(self, runner: Runner, round: int, client: str) -> None:
+        self.steps += 1
+        self.bar.update(self.clients, acc=f"{client}: step {self.steps}")
+
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
-        self.bar.advance(self.clients)
+        self.steps = 0
+        self.bar.update(self.clients, advance=1, acc="")
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         fields = self.bar.tasks[0].fields

@@ -302,8 +302,9 @@ class GridExecutor:
             client_of[node] = cid
         return msgs, client_of
 
-    def fit(self, round: int, downs: dict[str, Record],
-            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
+    def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
+            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
+        """``on_step`` is not called: the steps are taken in the ClientApps."""
         if self.cfg.flower.secagg.enabled:
             return self._secure_fit(round, downs)
         contents = {c: to_content(d, {"round": round}) for c, d in downs.items()}

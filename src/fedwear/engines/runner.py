@@ -34,9 +34,10 @@ class Executor(Protocol):
     states (the states, or an index of their files: ``fedwear.engines.store``), handed back to
     ``restore``; ``checkpoint_saved()`` says that checkpoint is on disk."""
 
-    def fit(self, round: int, downs: dict[str, Record],
-            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
-        """The replies of ``downs``' clients; ``on_reply(client)`` as each one's arrives."""
+    def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
+            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
+        """The replies of ``downs``' clients; ``on_reply(client)`` as each one's arrives,
+        ``on_step(client)`` after each of its optimiser steps where the executor sees them."""
     def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]: ...
     def client_states(self) -> dict: ...
     def checkpoint_saved(self) -> None: ...
@@ -65,6 +66,8 @@ class Callback:
     def on_start(self, runner: Runner) -> None: ...
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
         """A round's clients were chosen; their training starts."""
+    def on_step(self, runner: Runner, round: int, client: str) -> None:
+        """``client`` took an optimiser step in ``round`` (in-process engine ``sim`` only)."""
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
         """``client``'s reply of ``round`` arrived (in-process: its training finished)."""
     def on_round(self, runner: Runner, info: RoundInfo) -> None: ...
@@ -287,6 +290,10 @@ class Runner:
             return f"{where}; no checkpoint ({why}), so nothing can be resumed: start again with --overwrite"
         return f"{where}; checkpoint of round {self.checkpointed}: continue with --resume"
 
+    def _step_taken(self, r: int, client: str) -> None:
+        for cb in self.callbacks:
+            cb.on_step(self, r, client)
+
     def _reply_arrived(self, r: int, client: str) -> None:
         for cb in self.callbacks:
             cb.on_reply(self, r, client)
@@ -299,7 +306,8 @@ class Runner:
         downs = {c: m.configure(self.server, c, r) for c in clients}
         for cb in self.callbacks:
             cb.on_round_start(self, r, clients)
-        replies = self.executor.fit(r, downs, functools.partial(self._reply_arrived, r))
+        replies = self.executor.fit(r, downs, functools.partial(self._reply_arrived, r),
+                                    functools.partial(self._step_taken, r))
         dropped: dict[str, str] = {}
         accepted: dict[str, Record] = {}
         for c in clients:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from fedwear.data.types import ClientData, Windows
 from fedwear.engines.client import ClientRuntime, EvalCache, Row
 from fedwear.engines.store import ClientStore, open_store
 from fedwear.methods.api import Method, Record
+from fedwear.methods.training import STEP_HOOK
 
 
 class SimExecutor:
@@ -33,11 +35,15 @@ class SimExecutor:
         self.new = {c.client_id: ClientRuntime(method, c, cfg) for c in new}
         self.states: ClientStore = open_store(cfg.client_states, out)
 
-    def fit(self, round: int, downs: dict[str, Record],
-            on_reply: Callable[[str], None] | None = None) -> dict[str, Record]:
+    def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
+            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
         replies = {}
         for cid, down in downs.items():
-            up, self.states[cid] = self.trainers[cid].fit(down, self.states.get(cid, Record()), round)
+            hook = STEP_HOOK.set(functools.partial(on_step, cid) if on_step else None)
+            try:
+                up, self.states[cid] = self.trainers[cid].fit(down, self.states.get(cid, Record()), round)
+            finally:
+                STEP_HOOK.reset(hook)
             replies[cid] = up
             if on_reply:
                 on_reply(cid)

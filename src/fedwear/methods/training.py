@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,6 +110,9 @@ class LocalOptimizer:
 
 
 Hook = Callable[[], None]
+#: Called after every optimiser step of :func:`train_epochs` run in this context: the in-process
+#: engines set it around a client's fit, for the progress bar (``Callback.on_step``).
+STEP_HOOK: ContextVar[Hook | None] = ContextVar("fedwear_step_hook", default=None)
 
 
 def train_epochs(
@@ -140,6 +144,7 @@ def train_epochs(
     n = len(y)
     end = n - n % batch_size if drop_last else n  # the permutation is drawn in full either way
     total, steps = 0.0, 0
+    step_hook = STEP_HOOK.get()
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         for start in range(0, end, batch_size):
@@ -156,6 +161,8 @@ def train_epochs(
                 after_step()
             total += float(loss.detach())
             steps += 1
+            if step_hook is not None:
+                step_hook()
         if after_epoch is not None:
             after_epoch()
     return total / steps if steps else float("nan")
