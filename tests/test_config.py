@@ -36,6 +36,30 @@ def test_bad_values_name_the_key(override, expected):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [
+        ("dataset.wndow=3", "did you mean 'dataset.window'?"),
+        ("evaluaton.every=3", "did you mean 'evaluation'?"),
+        ("method_options.fedprox.muu=1", "did you mean 'method_options.fedprox.mu'?"),
+        ("model.options.widht=4", "did you mean 'model.options.width'?"),
+    ],
+)
+def test_a_typo_is_answered_with_the_closest_key_first(override, suggestion):
+    extra = {"method": "fedprox"} if override.startswith("method_options") else {}
+    with pytest.raises(ConfigError) as e:
+        tiny_config(**extra, **dict([override.split("=", 1)]))
+    msg = str(e.value)
+    listing = max(msg.rfind("allowed keys here:"), msg.rfind("options:"), msg.rfind("options of "))
+    assert suggestion in msg and msg.index(suggestion) < listing  # the suggestion first, then the list
+
+
+def test_a_key_close_to_none_gets_no_suggestion():
+    with pytest.raises(ConfigError) as e:
+        tiny_config(zzzzzz=1)
+    assert "did you mean" not in str(e.value)
+
+
 def test_method_option_checked_for_the_chosen_method():
     cfg = tiny_config(method="fedprox", **{"method_options.fedprox.mu": 0.5})
     assert cfg.method_options["fedprox"]["mu"] == 0.5

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fedwear.data.config import DatasetConfig
-from fedwear.errors import ConfigError
+from fedwear.errors import ConfigError, did_you_mean
 from fedwear.methods import METHODS, method_class, parse_options
 from fedwear.models import parse_model_options
 from fedwear.seeding import SEED_MAX
@@ -269,7 +269,9 @@ def _describe(err: dict, source: str) -> str:
             if field is None:  # a list index (dataset.sources.0) or a dict key
                 continue
             parent = _model_in(field.annotation) or parent
-        return f"{source}: unknown key {key!r}; allowed keys here: {', '.join(parent.model_fields)}"
+        prefix = "".join(f"{p}." for p in err["loc"][:-1])
+        hint = did_you_mean(str(err["loc"][-1]), parent.model_fields, prefix)
+        return f"{source}: unknown key {key!r}; {hint}allowed keys here: {', '.join(parent.model_fields)}"
     return f"{source}: key {key!r}: {err['msg']} (got {err.get('input')!r})"
 
 

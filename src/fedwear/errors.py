@@ -20,6 +20,15 @@ class DataError(FedwearError):
     """Missing, corrupt or unusable data files."""
 
 
+def did_you_mean(key: str, allowed, prefix: str = "") -> str:
+    """``"did you mean '<prefix><closest>'? "`` for the allowed name closest to a mistyped ``key``
+    (``difflib``), or ``""`` when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(key, [str(a) for a in allowed], n=1)
+    return f"did you mean {prefix + close[0]!r}? " if close else ""
+
+
 def validate_options(options_model, raw: dict | None, where: str, owner: str | None = None):
     """``options_model(**raw)``, or a one-line ConfigError naming ``<where>.<key>`` and the
     options (of ``owner``, when given) (shared by method options and model options)."""
@@ -32,4 +41,6 @@ def validate_options(options_model, raw: dict | None, where: str, owner: str | N
         key = ".".join(str(p) for p in err["loc"])
         allowed = ", ".join(options_model.model_fields) or "none"
         label = f"options of {owner}" if owner else "options"
-        raise ConfigError(f"{where}.{key}: {err['msg']} (got {err.get('input')!r}; {label}: {allowed})") from None
+        hint = did_you_mean(str(err["loc"][-1]), options_model.model_fields, f"{where}.") \
+            if err["type"] == "extra_forbidden" else ""
+        raise ConfigError(f"{where}.{key}: {err['msg']} (got {err.get('input')!r}; {hint}{label}: {allowed})") from None

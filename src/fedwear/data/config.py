@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from fedwear.errors import did_you_mean
 from fedwear.seeding import SEED_MAX
 
 
@@ -297,7 +298,8 @@ class DatasetConfig(Strict):
                 extra = sorted(set(tree) - set(model.model_fields), key=str)
                 if extra:
                     raise ValueError(
-                        f"{where}: unknown key {extra[0]!r}; allowed: {', '.join(model.model_fields)}"
+                        f"{where}: unknown key {extra[0]!r}; {did_you_mean(str(extra[0]), model.model_fields)}"
+                        f"allowed: {', '.join(model.model_fields)}"
                     )
         return v
 
