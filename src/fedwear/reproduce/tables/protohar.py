@@ -38,7 +38,13 @@ PROTOHAR_SEED0_LOW = (
 )
 PROTOHAR_FLAGGED = {
     "fedavg": PROTOHAR_GLOBAL_MODEL_GAP,
-    "fedprox": f"{PROTOHAR_GLOBAL_MODEL_GAP}. {PROTOHAR_SEED0_LOW}",
+    "fedprox": (
+        f"{PROTOHAR_GLOBAL_MODEL_GAP}. {PROTOHAR_SEED0_LOW}. Seed 1 tests that for FedProx: its best is 69.53 "
+        "(round 69) against seed 0's 67.36, and FedAvg's same seeds reach 69.72 and 68.46, so FedProx sits 0.19 "
+        "and 1.10 under FedAvg seed for seed, where the paper's FedProx is 0.51 above its FedAvg: the mean of "
+        "seeds 0-1 (68.45) is 2.9 under the paper's, 1.4 of it FedAvg's own gap (its seeds 0-2: 69.37 against "
+        "70.81). Seed 2 is not run yet (the best-round column; metrics.csv of fedavg-s0, -s1 and fedprox-s0, -s1)"
+    ),
     "moon": PROTOHAR_GLOBAL_MODEL_GAP,
     "local": (
         "the split and the batch order, not the rounds: seeds 0-2 give 52.29 / 54.71 / 54.14, 0.06 points past "
@@ -100,7 +106,8 @@ EXPERIMENTS = [
         config="protohar_usc_had.yaml",
         methods=PROTOHAR_METHODS,
         # seeds 1-2 also for the rows whose seed-0 gap was open (see PROTOHAR_FLAGGED)
-        more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep", "fedproto", "lgfedavg", "local")},
+        more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep", "fedproto", "lgfedavg", "local",
+                                          "fedprox", "moon", "scaffold", "fedhome")},
         sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
         run_first=("protohar", "fedavg", "fedrep"),
         paper="protohar:table2",
