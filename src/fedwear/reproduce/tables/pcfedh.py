@@ -94,8 +94,16 @@ PCFEDH_PPG_FLAGGED = {
         "results/runs/pcfedh-ppg_dalia/fedpcl-s0 ../shared/data/ppg_dalia_hr s1 ... s15). Next: the same run with the contrastive weight ld = 0, to tell the losses from the "
         "projection network"
     ),
+    "pcfedh": (
+        "open: seed 0 is under way at R_pcl = 10 (its 10 clustering rounds and the categorisation round done, "
+        "40 of its 500 soft-clustering rounds run, checkpointed; the same command continues it): its MSE is "
+        "still falling, so this cell is not yet a result. The 1-round run (pcfedh:table4, pcfedh-r1-s0) "
+        "finished at 2.673 +- 1.790"
+    ),
     "fedavg": (
-        "open: seed 0 only. It has converged: its MSE moved by -0.001 from round 300 to 500 (2.660 to 2.659), "
+        "open: seed 1 is under way (see the rounds column; checkpointed, the same command continues it), so "
+        "until it finishes this row's mean mixes a finished and an unfinished run; seed 0 alone scores 2.659 +- "
+        "2.055 (+0.038 against the paper). Seed 0 has converged: its MSE moved by -0.001 from round 300 to 500 (2.660 to 2.659), "
         "as each client's StepLR (every client trains every round, 5 epochs of a step of 100) had halved the "
         "learning rate 15 times by round 300 and 25 times by round 500. Its MSE is 1.4% and its MAE 0.7% over "
         "the paper's; the flag's threshold is the paper's own margin between its best and second-best method "
