@@ -96,8 +96,8 @@ PCFEDH_PPG_FLAGGED = {
     ),
     "pcfedh": (
         "open: seed 0 is under way at R_pcl = 10 (its 10 clustering rounds and the categorisation round done, "
-        "40 of its 500 soft-clustering rounds run, checkpointed; the same command continues it): its MSE is "
-        "still falling, so this cell is not yet a result. The 1-round run (pcfedh:table4, pcfedh-r1-s0) "
+        "its 500 soft-clustering rounds under way: the rounds column; checkpointed, the same command continues "
+        "it): its MSE is still falling, so this cell is not yet a result. The 1-round run (pcfedh:table4, pcfedh-r1-s0) "
         "finished at 2.673 +- 1.790"
     ),
     "fedavg": (
