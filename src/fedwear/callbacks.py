@@ -290,6 +290,7 @@ class Progress(Callback):
         self.task = self.bar.add_task(self.label, total=runner.cfg.rounds, completed=runner.start_round - 1,
                                       acc="")
         self.clients = self.bar.add_task("", total=1, visible=False, acc="")
+        self.headline = ""  # the last evaluated round's metric, kept between rounds
 
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
         self.steps = 0
@@ -305,15 +306,14 @@ class Progress(Callback):
         self.bar.update(self.clients, advance=1, acc="")
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
-        fields = self.bar.tasks[0].fields
-        acc = fields["acc"].partition(" | ")[2]
+        acc = self.headline
         rows = [r for r in info.rows if r["split"] == "test" and r["view"] in ("personalized", "global")]
         if rows:
             view = "personalized" if any(r["view"] == "personalized" for r in rows) else "global"
             rows = [r for r in rows if r["view"] == view]
             metric = KIND_METRICS[runner.method.task.kind][0]
             s = rows_summary(rows, metric, runner.cfg.evaluation.client_weights)
-            acc = f"{view[:4]}. {metric[:3]} {s['weighted']:.3f}"
+            acc = self.headline = f"{view[:4]}. {metric[:3]} {s['weighted']:.3f}"
         last = f"{info.wall_s:.1f} s/round"
         self.bar.update(self.task, completed=max(info.round, 0), acc=f"{last} | {acc}" if acc else last)
         self.bar.update(self.clients, visible=False)
