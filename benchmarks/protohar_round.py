@@ -89,10 +89,10 @@ def fedwear_child(args: argparse.Namespace) -> dict:
         finally:
             acc["eval"] += _cpu() - t
 
-    def counted_forward(fn, x, batch_size):
+    def counted_forward(fn, x, batch_size, device="cpu"):
         if not isinstance(x, torch.Tensor):  # windows (a head over cached features gets a tensor)
             acc["eval_windows"] += len(x)
-        return forward(fn, x, batch_size)
+        return forward(fn, x, batch_size, device)
 
     SimExecutor.fit, Runner.evaluate, client_mod.forward = timed_fit, timed_evaluate, counted_forward
 

@@ -26,6 +26,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 import pytest
 from typer.testing import CliRunner
 
@@ -188,6 +189,16 @@ def test_server_down_one_line(tmp_path: Path) -> None:
     line = one_error_line(res.stderr)
     assert f"cannot download {url}" in line and "RawData/" in line and dl.REGISTRY["uci_hapt"].url in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_download_leaves_no_empty_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, the default root (<user data dir>/fedwear/NAME) is not left behind as empty folders."""
+    data_home = tmp_path / "home" / ".local" / "share"
+    monkeypatch.setattr(platformdirs, "user_data_dir", lambda app: str(data_home / app))
+    (tmp_path / "home").mkdir()
+    res = CliRunner().invoke(app, ["data", "download", "uci_hapt", "--url", closed_port_url()])
+    assert res.exit_code == 2 and "cannot download" in res.stderr
+    assert list((tmp_path / "home").iterdir()) == []
 
 
 def make_tar(files: dict[str, bytes], mode: str = "w:gz", prefix: str = "HAPT Data Set/") -> bytes:

@@ -298,3 +298,17 @@ def test_natural_key_and_series() -> None:
     assert sorted(names, key=natural_key) == ["S1", "S2", "S10", "T088"]
     s = HRSeries("S1", np.zeros(3, np.float32), 0.5)
     assert len(s) == 3 and s.session is None and s.start_unix is None
+
+
+def test_verify_names_the_forecasting_target_not_classes(tmp_path: Path) -> None:
+    """``fedwear data verify`` on a forecasting dataset reports its series, never "0 classes"."""
+    from typer.testing import CliRunner
+
+    from fedwear.cli import app
+
+    write_ppg(tmp_path / "S1.csv", [70.0, 71.5, 69.0])
+    write_ppg(tmp_path / "S2.csv.gz", [88.0, 90.25])
+    res = CliRunner().invoke(app, ["data", "verify", "ppg_dalia_hr", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "read: 2 subjects, 2 recordings, 5 samples, forecasting target hr (values 69.0 to 90.2)" in res.stdout
+    assert "classes" not in res.stdout

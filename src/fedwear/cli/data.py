@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 
 from fedwear.cli.common import fail
@@ -65,14 +66,22 @@ def data_info(
 
 def _read_check(name: str, root: Path, schema: Path | None = None) -> str:
     """Read every file with the dataset's loader (the format check); one line of counts."""
-    from fedwear.data import load_raw
+    from fedwear.data import dataset_module, load_raw
     from fedwear.data.config import DatasetConfig
 
     raw = load_raw(DatasetConfig(name=name, root=str(root), cache_dir=None,
                                  schema_file=str(schema) if schema else None))  # fmt: skip
     subjects = len({r.subject for r in raw.recordings})
     samples = sum(len(r.labels) for r in raw.recordings)
-    return f"read: {subjects} subjects, {len(raw.recordings)} recordings, {samples} samples, {len(raw.class_names)} classes"
+    counts = f"read: {subjects} subjects, {len(raw.recordings)} recordings, {samples} samples"
+    if getattr(dataset_module(name), "KIND", "classification") != "regression":
+        return f"{counts}, {len(raw.class_names)} classes"
+    # A forecasting dataset has no classes: name the series and its range instead.
+    values = [r.signal for r in raw.recordings if len(r.signal)]
+    low = min(float(np.nanmin(v)) for v in values) if values else float("nan")
+    high = max(float(np.nanmax(v)) for v in values) if values else float("nan")
+    channels = ", ".join(dict.fromkeys(c for r in raw.recordings for c in r.channels))
+    return f"{counts}, forecasting target {channels} (values {low:.1f} to {high:.1f})"
 
 
 @data_app.command("download")

@@ -44,6 +44,7 @@ A. A. Sawchuk, UbiComp SAGAware 2012, https://sipi.usc.edu/had/.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import gzip
 import hashlib
@@ -620,6 +621,9 @@ def download(
             f"(check it with 'fedwear data verify {src.name} --root {target}'): "
             "remove it or choose another --root"
         )
+    # Folders this call creates, deepest first: a failed download removes them again when empty,
+    # so an offline attempt leaves no empty <user data dir>/fedwear behind.
+    created = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
@@ -693,8 +697,12 @@ def download(
         if target.exists():
             target.rmdir()
         os.replace(found, target)
+        created = []
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        for folder in created:
+            with contextlib.suppress(OSError):  # not empty (another process wrote there): keep it
+                folder.rmdir()
     return Installed(target, report, fresh=True, archive_sha256=digest, archive_bytes=size)
 
 
