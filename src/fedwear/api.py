@@ -20,7 +20,7 @@ from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
 from fedwear.data.types import FederatedData
 from fedwear.engines.batched import BatchedExecutor
-from fedwear.engines.process import prepare_process
+from fedwear.engines.process import choose_threads, prepare_process
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
@@ -108,10 +108,13 @@ def run(
         if data is None:
             data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
         method = private(build_method(Task.of(cfg, data)))
+        threads = cfg.threads or choose_threads(getattr(method, "model", None), data.window,
+                                                len(data.channels), cfg.batch_size)
         roster = Roster.of(method, data)
         pause = Pause(until) if until is not None else None
         cbs = _start_out_dir(cfg, out, quiet, [*([pause] if pause else []), *(callbacks or [])],
                              fresh=plan.checkpoint is None)
+        log.info("threads: %d%s", threads, "" if cfg.threads else " (threads: null, chosen from the training batch's work)")
         runner = None
         try:
             if plan.checkpoint is not None and (moved := rundir.moved_since(plan.checkpoint)):
@@ -216,7 +219,7 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
     rounds = pd.read_csv(out / "rounds.csv")
     wall = float(pd.read_csv(out / "timing.csv")["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
-    # settings that do not change the numbers, so they stay out of the config hash
+    # execution settings, out of the config hash; the thread count can change float rounding
     summary["versions"].update({"threads": torch.get_num_threads(), "nice": os.nice(0), **(execution or {})})
     summary["warnings"] = warnings_logged(out / "run.log")
     summary["clients"] = {"train": len(roster.clients), "new": len(roster.new_clients)}

@@ -167,7 +167,8 @@ class RunConfig(Strict):
         "memory", description="where the in-process engines keep client states between rounds: memory, or disk "
         "(files in the run directory; memory bounded by a round's clients)"
     )
-    threads: int | None = Field(None, ge=1, description="torch threads; null leaves torch's default")
+    threads: int | None = Field(None, ge=1, description="torch threads; null: 1 when a training batch is under "
+                                "1 GFLOP (engines/process.py::choose_threads), else torch's default (every core)")
     drop_last: bool = Field(
         False, description="skip each epoch's last partial batch (Meta-HAR's and FedMAT's loaders: Chain123/Meta-HAR met-har.py, Super-Shen/FedMAT iLog_train.py); "
         "a client with fewer train windows than one batch then trains no step"

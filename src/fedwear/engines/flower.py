@@ -24,7 +24,7 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.engines.client import ClientRuntime, EvalCache, Row
-from fedwear.engines.process import prepare_process
+from fedwear.engines.process import choose_threads, prepare_process
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.secagg import secagg_train, secure_mean
 from fedwear.errors import FedwearError
@@ -116,6 +116,8 @@ def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot
 
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
     method = private(build_method(Task.of(cfg, data)))
+    if cfg.threads is None:  # as fedwear.run chooses them
+        choose_threads(getattr(method, "model", None), data.window, len(data.channels), cfg.batch_size)
     roster = Roster.of(method, data)
     pooled = pooled_test(data) if with_pooled_test and data.clients else None
     trainers = {c.client_id: ClientRuntime(method, c, cfg) for c in method.training_clients(data)}

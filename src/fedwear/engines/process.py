@@ -58,9 +58,42 @@ def flush_denormals() -> bool:
 
 
 def prepare_process(threads: int | None) -> None:
-    """torch's thread count (``threads``; None leaves torch's default), the allocator setting and
-    subnormals flushed to zero."""
+    """torch's thread count (``threads``; None leaves torch's default until :func:`choose_threads`),
+    the allocator setting and subnormals flushed to zero."""
     if threads:
         torch.set_num_threads(threads)
     keep_freed_buffers()
     flush_denormals()
+
+
+#: Below this many FLOPs in a training batch (forward + backward), one thread trains faster than
+#: several: thread start-up and synchronisation outweigh the split work. Measured by
+#: ``benchmarks/threads_choice.py`` (docs/performance.md, "Threads"): the quickstart's cnn (142
+#: MFLOP a batch) ran 0.5x as fast on 2 threads and PCFedH's LSTM 0.02x, while HART (1,966) ran
+#: 1.24x and HARCNN (5,804) 1.62x as fast.
+ONE_THREAD_FLOPS = 1e9
+
+
+def training_flops(model: torch.nn.Module, window: int, channels: int, batch_size: int) -> float:
+    """FLOPs torch counts (matmuls, convolutions) in one training batch of ``model``, forward and
+    backward; counted on a copy in eval mode with the RNG state restored, so the model, its
+    buffers and the run's random draws stay as they were."""
+    import copy
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    probe = copy.deepcopy(model).eval()
+    with torch.random.fork_rng(devices=[]), FlopCounterMode(display=False) as counter:
+        out = probe(torch.zeros(2, window, channels))
+        (out if torch.is_tensor(out) else out[0]).float().sum().backward()
+    return counter.get_total_flops() / 2 * batch_size
+
+
+def choose_threads(model: torch.nn.Module | None, window: int, channels: int, batch_size: int) -> int:
+    """``threads: null``: one thread for a training batch under :data:`ONE_THREAD_FLOPS`, else
+    torch's default (every core). Chosen from the work, never from the machine's load, since
+    the thread count can change float rounding: the same config on the same machine always runs
+    with the same threads. Sets and returns torch's thread count."""
+    if model is not None and training_flops(model, window, channels, batch_size) < ONE_THREAD_FLOPS:
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
