@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedwear import rundir
+from fedwear import rundir, tracking
 from fedwear.callbacks import Checkpointer, CsvSink, EarlyStopping, Pause, Progress, RunLog
 from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
@@ -96,6 +96,7 @@ def run(
     if until is not None and (cfg.checkpoint_every == 0 or cfg.engine == "flower-sim"):
         raise FedwearError(f"until={until} pauses a run to continue it later, which needs checkpoints and an "
                            "in-process engine: set checkpoint_every > 0 and engine: sim or batched")
+    tracking.require(cfg)
     out = Path(out_dir) if out_dir else default_out_dir(cfg)
     with rundir.RunLock(out), _early_warnings():
         plan = rundir.plan(cfg, out, resume, overwrite, restart)
@@ -135,7 +136,9 @@ def run(
                 runner.run()
             if runner is not None and runner.interrupted and runner.completed < cfg.rounds:
                 raise RunInterrupted(f"{out}: {runner.interruption()}")
-            return _finish(cfg, out, roster, paused=pause is not None and pause.paused, execution=execution)
+            result = _finish(cfg, out, roster, paused=pause is not None and pause.paused, execution=execution)
+            tracking.log_summary(cbs, result.summary)
+            return result
         except RunInterrupted:
             raise
         except KeyboardInterrupt:
@@ -153,6 +156,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
     from fedwear.engines.flower import GridExecutor, roster_from_nodes
 
     cfg = as_config(config, "engine=flower")
+    tracking.require(cfg)
     out = Path(out_dir)
     with rundir.RunLock(out), _early_warnings():
         rundir.plan(cfg, out, resume=False, overwrite=overwrite)
@@ -165,6 +169,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
                      len(roster.new_clients), ", ".join(roster.new_clients))
             Runner(cfg, method, roster, executor, cbs).run()
             result = _finish(cfg, out, roster)
+            tracking.log_summary(cbs, result.summary)
         finally:
             _detach_log()
         result.summary["flower_bytes"] = {"down": executor.bytes_down, "up": executor.bytes_up}
@@ -182,7 +187,9 @@ def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callb
     (out / "config.yaml").write_text(dump_config(cfg))
     early = [cb for cb in callbacks or [] if isinstance(cb, Pause)]  # before the checkpoint it asks for
     later = [cb for cb in callbacks or [] if not isinstance(cb, Pause)]
-    cbs: list[Callback] = [*early, RunLog(), CsvSink(out), Checkpointer(out, cfg.checkpoint_every), *later]
+    # trackers see a round before its checkpoint: a kill in between logs it again, never loses it
+    cbs: list[Callback] = [*early, RunLog(), CsvSink(out), *tracking.trackers(cfg, out),
+                           Checkpointer(out, cfg.checkpoint_every), *later]
     if cfg.evaluation.patience:
         ev = cfg.evaluation
         cbs.insert(0, EarlyStopping(ev.best_metric, ev.patience, ev.best_statistic, ev.client_weights))

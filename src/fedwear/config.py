@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedwear.data.config import DatasetConfig
 from fedwear.errors import ConfigError, did_you_mean
@@ -150,6 +150,32 @@ class PrivacyConfig(Strict):
     noise_multiplier: float = Field(1.0, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates")
 
 
+class TrackingConfig(Strict):
+    """Experiment trackers the run also logs to (:mod:`fedwear.tracking`); ``tracking: [mlflow]``
+    is short for ``tracking: {backends: [mlflow]}``. They do not change the numbers, so they stay
+    out of the config hash."""
+
+    backends: list[Literal["mlflow", "tensorboard"]] = Field(
+        default_factory=list, description="mlflow (a run in an MLflow store), tensorboard (event files in the "
+        "run directory's tensorboard/); empty: none"
+    )
+    mlflow_uri: str | None = Field(
+        None, description="MLflow tracking URI; null: $MLFLOW_TRACKING_URI, else MLflow's own default "
+        "(sqlite:///mlflow.db in the working directory, which `mlflow ui` opens)"
+    )
+    experiment: str = Field("fedwear", min_length=1, description="the MLflow experiment the run is logged under")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_bare_list(cls, v: Any) -> Any:
+        return {"backends": v} if isinstance(v, (list, tuple, str)) else v
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _one_name(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
 class RunConfig(Strict):
     method: str = "fedavg"
     rounds: int = Field(20, ge=1)
@@ -187,6 +213,7 @@ class RunConfig(Strict):
     evaluation: EvaluationConfig = EvaluationConfig()
     flower: FlowerConfig = FlowerConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    tracking: TrackingConfig = TrackingConfig()
     method_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     per_method: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
@@ -230,6 +257,7 @@ class RunConfig(Strict):
             tree["dataset"] = dataset
         if not with_threads:
             tree.pop("threads", None)  # an execution setting: summary.json's versions records it
+        tree.pop("tracking", None)  # where the numbers are also logged, not what they are
         own = self.method_options.get(self.method)
         tree.pop("method_options", None)
         if own:

@@ -47,7 +47,8 @@ FORMAT = 2
 LOCK = ".fedwear-lock"
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,
-             "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report")
+             "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report", "tracking.json",
+             "tensorboard")
 
 
 @dataclass
