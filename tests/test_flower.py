@@ -49,6 +49,11 @@ def test_rows_round_trip():
     back = rows_from_content(rows_to_content(rows))
     assert back[0]["view"] == "global" and back[0]["n"] == 5 and back[0]["n_train"] == 9 and np.isnan(back[0]["auc"])
     assert rows_from_content(rows_to_content([])) == []
+    # a classification row's confusion counts travel as ints beside its metrics (not as a metric)
+    counted = [{**rows[0], "confusion": (3, 1, 0, 1)}, {**rows[0], "view": "x"}, {**rows[0], "confusion": (0, 0, 2, 3)}]
+    back = rows_from_content(rows_to_content(counted))
+    assert [r.get("confusion") for r in back] == [(3, 1, 0, 1), None, (0, 0, 2, 3)]
+    assert set(back[0]) == set(counted[0])
 
 
 def roster_of(cfg) -> tuple:
@@ -109,6 +114,10 @@ def test_grid_engine_equals_sim_and_counts_the_same_bytes(tmp_path, method):
     assert not travelled & set(STAY_ON_CLIENT.get(method, ())), sorted(travelled)
     ref = fedwear.run(cfg, tmp_path / "sim")
     assert (tmp_path / "grid" / "metrics.csv").read_bytes() == (ref.out_dir / "metrics.csv").read_bytes()
+    confusion = [tmp_path / "grid" / "confusion.csv", ref.out_dir / "confusion.csv"]  # classification only
+    assert [p.exists() for p in confusion] == [ref.summary["task"] == "classification"] * 2
+    if confusion[0].exists():
+        assert confusion[0].read_bytes() == confusion[1].read_bytes()
     rounds = pd.read_csv(tmp_path / "grid" / "rounds.csv", keep_default_na=False)
     assert (rounds["dropped"] == "").all(), rounds["dropped"].tolist()  # every honest reply and its weight pass
     assert executor.bytes_down == rounds["bytes_down"].sum() == ref.summary["bytes_down"]
@@ -196,6 +205,10 @@ def test_flower_sim_equals_sim(tmp_path, method):
         np.testing.assert_allclose(a[m].to_numpy(), b[m].to_numpy(), atol=1e-6, equal_nan=True)
     assert sim.summary["bytes_up"] == flw.summary["bytes_up"]
     assert sim.summary["bytes_down"] == flw.summary["bytes_down"]
+    a, b = sim.out_dir / "confusion.csv", flw.out_dir / "confusion.csv"  # classification runs only
+    assert a.exists() == b.exists() == (sim.summary["task"] == "classification")
+    if a.exists():
+        assert a.read_bytes() == b.read_bytes()
 
 
 def test_secure_aggregation_matches_plain_mean(tmp_path):

@@ -141,9 +141,12 @@ def test_run_report_embeds_every_png(run_page):
     page = assert_images_embedded(run_page)
     names = set(page.images)
     views = ("personalized", "new_clients")
-    assert {f"curve-{v}-{m}.png" for v in views for m in METRICS} <= names
-    assert {f"clients-{m}.png" for m in METRICS} <= names
+    assert {"headline.png", "curves.png", "cost.png"} <= names
+    assert {f"distribution-{m}.png" for m in METRICS} <= names
+    assert {f"{kind}-{v}.png" for kind in ("confusion", "f1") for v in views} <= names
     assert {"bytes_up.png", "bytes_down.png", "train_loss.png", "wall_time.png"} <= names
+    text = run_page.read_text()  # the headline comes first, above the tables
+    assert text.index('id="headline.png"') < text.index("<table") < text.index('id="curves.png"')
 
 
 def test_run_report_table_equals_summary(run_dir, run_page):
@@ -157,7 +160,9 @@ def test_captions_say_what_is_shown(run_page, compare_page):
     assert "sample-weighted mean over clients" in run_text and "test split" in run_text
     assert "population std over clients (ddof=0)" in run_text
     assert "min..max over seeds" in cmp_text and "population std over seeds (ddof=0)" in cmp_text
-    assert "lowest seed of each method" in cmp_text
+    # the per-client boxes cover every seed's clients, and say so
+    dist = cmp_text.split('id="distribution-accuracy.png"')[1].split("</figure>")[0]
+    assert "each point one client of one seed" in dist and "fedavg: seeds 0, 1; local: seeds 0, 1" in dist
 
 
 def test_table_captions(run_dir, compare_dir):
@@ -199,7 +204,7 @@ def test_comparison_report(compare_dir, compare_page):
                     checked += 1
     assert checked > 40
     # all methods on one figure: the curve legend needs both methods' runs
-    curve = compare_page.read_text().split('id="curve-personalized-accuracy.png"')[1]
+    curve = compare_page.read_text().split('id="curves.png"')[1]
     assert "fedavg: seeds 0, 1; local: seeds 0, 1" in curve.split("</figure>")[0]
 
 
@@ -213,8 +218,10 @@ def test_any_numeric_column_is_a_metric(run_dir, tmp_path):
     code, _, err = report(run)
     assert code == 0, err
     pngs = {p.name for p in (run / "report").glob("*.png")}
-    assert {"curve-personalized-mse.png", "curve-personalized-mae.png", "clients-mse.png"} <= pngs
-    assert not any("accuracy" in p or "new_clients" in p for p in pngs)
+    assert {"curves.png", "distribution-mse.png", "distribution-mae.png"} <= pngs
+    assert not any("accuracy" in p or "new_clients" in p or "confusion" in p for p in pngs)
+    text = (run / "report" / "index.html").read_text()
+    assert "no confusion.csv" not in text and "Per class" not in text  # no classes: no per-class section
 
 
 def test_aggregate_metrics_takes_metrics_from_the_frame(run_dir):
@@ -336,7 +343,7 @@ def test_stopped_run_is_reported_up_to_its_last_round(tmp_path, compare_dir):
     final = want[(want["round"] == 4) & (want["view"] == "personalized") & (want["split"] == "test")]
     acc = np.average(final["accuracy"], weights=final["n"])
     assert float(page.numbers["final.personalized.accuracy.weighted"]["value"]) == pytest.approx(acc, rel=1e-12)
-    assert "curve-personalized-accuracy.png" in page.images
+    assert "curves.png" in page.images
     # a comparison: this run and one that evaluated no round yet
     early = tmp_path / "cmp" / "local-s0"
     run(tiny_config(method="local", rounds=6, **{"evaluation.every": 4}), early, until=1)
@@ -387,6 +394,24 @@ def test_page_renders_in_chromium(compare_page, tmp_path):
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
     assert shot.stat().st_size > 100_000  # a blank 1400x3000 page is a few kB
     assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (3000).to_bytes(4, "big")
+    assert_not_blank(shot)
+
+
+def rendered(index: Path, tmp: Path) -> str:
+    """The page's DOM after Chromium loaded it on its own (away from its PNG files), with every
+    image loaded, and a screenshot of it that is not blank."""
+    alone = tmp / "alone" / "index.html"
+    alone.parent.mkdir(parents=True)
+    shutil.copy(index, alone)
+    dom = chromium("--dump-dom", alone.as_uri(), tmp=tmp)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    n_png = len(list(index.parent.glob("*.png")))
+    assert f'data-images-ok="{n_png}/{n_png}"' in dom.stdout, dom.stdout[:300]
+    shot = tmp / "page.png"
+    res = chromium(f"--screenshot={shot}", "--window-size=1400,4000", alone.as_uri(), tmp=tmp)
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    assert_not_blank(shot)
+    return dom.stdout
 
 
 def test_long_lines_that_coincide_keep_staggered_markers():
@@ -418,3 +443,230 @@ def test_variants_of_one_method_stay_apart(compare_dir, tmp_path):
     cmp = load_comparison(root, sorted(p for p in root.iterdir()))
     assert {k: len(v) for k, v in cmp.runs.items()} == {"fedavg": 2, "fedavg-no_momentum": 1}
     assert [r.label for r in cmp.runs["fedavg"]] == ["fedavg seed 0", "fedavg seed 1"]
+
+
+# --- the paper-style figures -----------------------------------------------------------------
+
+
+def assert_not_blank(png: Path) -> None:
+    """A drawn figure: many distinct colours and a good share of non-white pixels."""
+    from matplotlib.image import imread
+
+    image = imread(png)[..., :3]
+    colours = len(np.unique((image * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+    ink = (image < 0.95).any(axis=2).mean()
+    assert colours > 30 and ink > 0.03, (png.name, colours, ink)
+
+
+def share_of(png: Path, colour: str, alpha: float = 1.0) -> float:
+    """The share of ``png``'s pixels in ``colour`` drawn with ``alpha`` over white (within 2/255)."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    want = alpha * np.array(to_rgb(colour)) + (1 - alpha)
+    return float((np.abs(imread(png)[..., :3] - want) < 2 / 255).all(axis=2).mean())
+
+
+def test_every_figure_is_drawn(compare_page):
+    pngs = sorted(compare_page.parent.glob("*.png"))
+    assert {"headline.png", "curves.png", "distribution-accuracy.png", "confusion-personalized.png",
+            "confusion-new_clients.png", "f1-personalized.png", "f1-new_clients.png", "cost.png"} <= {p.name for p in pngs}
+    for png in pngs:
+        assert_not_blank(png)
+    for colour in ("C0", "C1"):  # each method's bars (fedavg, local; alpha 0.85) fill part of the headline
+        assert share_of(compare_page.parent / "headline.png", colour, 0.85) > 0.01, colour
+
+
+def captions(index: Path) -> dict[str, str]:
+    text = html.unescape(index.read_text())
+    return dict(re.findall(r"<figcaption><b>([^<]+)</b>: (.*?)</figcaption>", text))
+
+
+def test_views_that_are_one_model_are_drawn_once(compare_dir, compare_page):
+    """FedAvg's personalized and global views are the same model (identical rows); Local has no
+    global view, and its personalized and generalization views differ."""
+    from fedwear.report.plots import same_model_views
+    from fedwear.report.rundir import load
+
+    cmp = load(compare_dir)
+    assert same_model_views(cmp.runs["fedavg"]) == {"global": "personalized"}
+    assert same_model_views(cmp.runs["local"]) == {}
+    caps = captions(compare_page)
+    assert "fedavg: personalized = global" in caps["curves.png"]
+    assert "fedavg: personalized = global" in caps["headline.png"]
+    assert "No paper number: the folder 'cmp' is not the run folder" in caps["headline.png"]
+
+
+def test_axes_are_honest():
+    """No zoom into a tiny difference, bars from 0, errors from 0, integer rounds, a flat 0
+    line above the axis."""
+    from fedwear.report.plots import _new_figure, axis_range, round_axis, set_range, show_zero
+
+    assert axis_range("accuracy", [0.805, 0.815])[:2] == (70.0, 90.0)
+    assert axis_range("accuracy", [0.99, 1.0])[:2] == (80.0, 100.0)  # at least 20 points wide
+    assert axis_range("accuracy", [0.1, 0.9])[:2] == (0.0, 100.0)
+    assert axis_range("accuracy", [0.805, 0.815], bars=True)[:2] == (0.0, 100.0)
+    lo, hi, how = axis_range("mse", [2.0, 3.0])
+    assert lo == 0.0 and hi == pytest.approx(3.3) and "from 0" in how
+    ax = _new_figure(3, 3).add_subplot()
+    ax.plot([3], [0.5], marker="o")
+    round_axis(ax, [3])
+    assert ax.get_xlim() == (2.0, 4.0) and list(ax.get_xticks()) == [3.0]
+    set_range(ax, 0.0, 100.0)
+    assert ax.get_ylim()[0] < 0 < 100 < ax.get_ylim()[1]  # a line at 0 or 100 stays visible
+    ax = _new_figure(3, 3).add_subplot()
+    ax.plot([1, 2, 3], [0, 0, 0])
+    show_zero(ax)
+    assert ax.get_ylim()[0] < 0
+
+
+def test_a_single_evaluated_round_is_a_point(tmp_path):
+    fedwear.run(tiny_config(rounds=1), tmp_path / "run")
+    code, _, err = report(tmp_path / "run")
+    assert code == 0, err
+    for png in ("curves.png", "headline.png", "cost.png"):
+        assert_not_blank(tmp_path / "run" / "report" / png)
+
+
+def test_single_seed_cells_read_n_1(compare_dir, tmp_path):
+    """One seed of a method: its cells give the value and "n = 1 seed", never "± 0.00", in the
+    page's tables and in `fedwear compare`'s Markdown table."""
+    root = tmp_path / "cmp"
+    for name in ("fedavg-s0", "fedavg-s1", "local-s0"):
+        shutil.copytree(compare_dir / name, root / name, ignore=shutil.ignore_patterns("report"))
+    code, _, err = report(root)
+    assert code == 0, err
+    page = Page((root / "report" / "index.html").read_text())
+    text = text_of(root / "report" / "index.html")
+    assert "local (1 seed)" in text and "fedavg (2 seeds, reference)" in text
+    for sel in ("final", "best"):
+        for view in ("personalized", "new_clients"):
+            key = f"{sel}.local.{view}.accuracy"
+            assert key + ".mean" in page.numbers and key + ".std" not in page.numbers
+            assert f"{sel}.fedavg.{view}.accuracy.std" in page.numbers
+    cell = re.search(r'data-key="final\.local\.personalized\.accuracy\.mean"[^>]*>[^<]*</span> <small>([^<]*)</small>',
+                     (root / "report" / "index.html").read_text())
+    assert cell and cell.group(1) == "(n = 1 seed)"
+    assert "n = 2 seeds (fedavg), 1 seed (local)" in captions(root / "report" / "index.html")["headline.png"]
+    summaries = {m: [json.loads((root / f"{m}-s{s}" / "summary.json").read_text()) for s in seeds]
+                 for m, seeds in (("fedavg", (0, 1)), ("local", (0,)))}
+    md, frame = comparison_table(summaries, "final", tiny_config())
+    local = next(line for line in md.splitlines() if line.startswith("| local |"))
+    fedavg = next(line for line in md.splitlines() if line.startswith("| fedavg |"))
+    assert "±" not in local and local.count("(n = 1 seed)") == 9 and local.count("n/a") == 3  # no global view
+    assert fedavg.count("±") == 12 and "n = 1" not in fedavg
+    value = summaries["local"][0]["final"]["personalized"]["accuracy"]
+    assert f"| local | {100 * value:.2f} (n = 1 seed) |" in md
+
+
+def test_headline_marks_the_reference_and_the_papers_numbers(compare_dir, tmp_path):
+    """A folder that is a registered table's run folder (`fedwear reproduce protohar:table2`
+    writes runs/protohar-table2) on that table's dataset gets the paper's numbers; any other
+    folder none, and its caption says why."""
+    from fedwear.cli.report import paper_numbers
+
+    plain = paper_numbers(compare_dir)
+    assert not plain.values and "is not the run folder of a registered paper table" in plain.none
+    root = tmp_path / "protohar-table2"
+    for name in ("fedavg-s0", "fedavg-s1", "local-s0", "local-s1"):
+        shutil.copytree(compare_dir / name, root / name, ignore=shutil.ignore_patterns("report"))
+    wrong = paper_numbers(root)  # synthetic data: not the paper's USC-HAD
+    assert not wrong.values and "runs on usc_had, these runs on synthetic" in wrong.none
+    for cfg in root.glob("*/config.yaml"):
+        cfg.write_text(cfg.read_text().replace("name: synthetic\n", "name: usc_had\n"))
+    found = paper_numbers(root)
+    assert found.values["fedavg"][("personalized", "accuracy")] == pytest.approx(0.70812)
+    assert found.values["local"][("personalized", "macro_f1")] == pytest.approx(0.50063)
+    assert found.values["protohar-rp0.1"][("personalized", "accuracy")] == pytest.approx(0.80716)  # Table IV
+    assert "Table II" in found.sources["protohar"] and "Table IV" in found.sources["protohar-rp0.1"]
+    assert paper_numbers(root / "fedavg-s0").values == found.values  # a run of that folder
+    code, _, err = report(root, "--reference", "local")
+    assert code == 0, err
+    caps = captions(root / "report" / "index.html")
+    head = caps["headline.png"]
+    assert "Reference: local" in head and "n = 2 seeds per method" in head
+    assert "fedavg, local: Cheng et al., IEEE JBHI 2023, Table II" in head
+    assert "matched by the folder name 'protohar-table2'" in head
+    assert "local (2 seeds, reference)" in text_of(root / "report" / "index.html")
+    one_line_error(*report(root, "--reference", "moon")[::2], "--reference 'moon' is not a method")
+
+
+def test_budgeted_paper_numbers_go_to_their_views(tmp_path):
+    """Meta-HAR's prose numbers (meta-train, meta-test accuracy of metahar@n3) are the
+    personalized@n3 and new_clients@n3 views."""
+    from fedwear.cli.report import paper_numbers
+
+    root = tmp_path / "metahar-table1-usc_had"
+    (root / "metahar-s0").mkdir(parents=True)
+    (root / "metahar-s0" / "config.yaml").write_text("dataset:\n  name: usc_had\n")
+    got = paper_numbers(root)
+    assert got.values == {"metahar": {("personalized@n3", "accuracy"): pytest.approx(0.9379),
+                                      ("new_clients@n3", "accuracy"): pytest.approx(0.9107)}}
+    fedali = tmp_path / "fedali-uci_hapt"
+    (fedali / "fedavg-s1").mkdir(parents=True)
+    (fedali / "fedavg-s1" / "config.yaml").write_text("dataset:\n  name: uci_hapt\n")
+    assert "fedali:table1 reports HHAR, RealWorld, not the data these runs use" in paper_numbers(fedali).none
+
+
+def test_a_run_folder_older_than_confusion_csv_still_reports(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("report"))
+    (run / "confusion.csv").unlink()
+    code, _, err = report(run)
+    assert code == 0, err
+    text = text_of(run / "report" / "index.html")
+    assert "no confusion.csv (run made before fedwear recorded it): fedavg seed 0" in text
+    names = {p.name for p in (run / "report").glob("*.png")}
+    assert "headline.png" in names and not any(n.startswith(("confusion-", "f1-")) for n in names)
+
+
+def test_runs_without_confusion_csv_are_named_beside_the_others(compare_dir, tmp_path):
+    root = tmp_path / "cmp"
+    shutil.copytree(compare_dir, root, ignore=shutil.ignore_patterns("report"))
+    (root / "local-s1" / "confusion.csv").unlink()
+    code, _, err = report(root)
+    assert code == 0, err
+    caps = captions(root / "report" / "index.html")
+    for name in ("confusion-personalized.png", "f1-new_clients.png"):
+        assert "local: personalized, seed 0 (round 3)" in caps[name] or "local: new_clients, seed 0 (round 3)" in caps[name]
+        assert "Left out: no confusion.csv (run made before fedwear recorded it): local seed 1" in caps[name]
+
+
+@pytest.mark.slow
+def test_quickstart_comparison_renders_as_a_paper_figure_set(tmp_path):
+    """`fedwear compare` of the quickstart config (4 methods x 3 seeds on the bundled UCI HAPT
+    subset, 2 rounds) and its report in Chromium: every figure there and drawn; then the same
+    with one seed per method, whose cells read n = 1 seed."""
+    if not CHROMIUM.exists():
+        pytest.skip("chromium not installed: apt-get install chromium")
+    cmp = tmp_path / "qs"
+    res = CliRunner().invoke(app, [
+        "compare", "configs/quickstart.yaml", "--methods", "fedavg,fedprox,local,centralized", "--seeds", "0,1,2",
+        "--set", "rounds=2", "--set", "evaluation.every=1", "--set", "evaluation.adapt_epochs=1",
+        "--set", f"dataset.cache_dir={tmp_path / 'cache'}", "--out", str(cmp), "--quiet"])
+    assert res.exit_code == 0, res.stderr
+    code, _, err = report(cmp)
+    assert code == 0, err
+    index = cmp / "report" / "index.html"
+    figures = {"headline.png", "curves.png", "distribution-accuracy.png", "confusion-personalized.png",
+               "confusion-new_clients.png", "f1-personalized.png", "f1-new_clients.png", "cost.png"}
+    pngs = {p.name: p for p in index.parent.glob("*.png")}
+    assert figures <= set(pngs)
+    for png in pngs.values():
+        assert_not_blank(png)
+    dom = rendered(index, tmp_path / "three")
+    assert "n = 3 seeds per method" in dom and "Reference: fedavg" in dom
+    assert "fedavg, fedprox, centralized: personalized = global" in html.unescape(dom)
+    caps = captions(index)
+    assert "fedavg: personalized, seeds 0, 1, 2 (round 2)" in caps["confusion-personalized.png"]
+    assert "local: new_clients, seeds 0, 1, 2 (round 2)" in caps["f1-new_clients.png"]
+    # one seed per method
+    one = tmp_path / "one"
+    for m in ("fedavg", "fedprox", "local", "centralized"):
+        shutil.copytree(cmp / f"{m}-s0", one / f"{m}-s0", ignore=shutil.ignore_patterns("report"))
+    code, _, err = report(one)
+    assert code == 0, err
+    dom = rendered(one / "report" / "index.html", tmp_path / "single")
+    assert "(n = 1 seed)" in dom and "n = 1 seed per method" in dom
+    cells = re.findall(r"<td>(.*?)</td>", dom.split("<h3>final round</h3>")[1].split("</table>")[0])
+    assert cells and all("±" not in c for c in cells)

@@ -89,7 +89,7 @@ def test_without_flag_no_embeddings(compare_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(embeddings, "embedding_plot", boom)
     monkeypatch.setattr(embeddings, "load_federated", boom)
-    monkeypatch.setattr(build, "all_plots", lambda groups, out: [])  # the other figures: test_report
+    monkeypatch.setattr(build, "all_plots", lambda groups, out, **options: [])  # the other figures: test_report
     code, _, err = report(compare_dir, "--out", str(tmp_path / "page"))
     assert code == 0, err
     assert not (tmp_path / "page" / FILE).exists()

@@ -243,8 +243,12 @@ def test_units_of_a_regression_report(page):
     assert units_note(["mse", "mae", "mape"]) in text
     assert "accuracy" not in units_note(["mse", "mae", "mape"])
     names = {p.name for p in page.parent.glob("*.png")}
-    assert {"clients-mse.png", "curve-personalized-mae.png", "curve-last_value-mape.png"} <= names
-    assert "clients-n_train.png" not in names  # a window count, not a metric
+    assert {"distribution-mse.png", "distribution-mae.png", "distribution-mape.png", "curves.png",
+            "headline.png", "cost.png"} <= names
+    assert "distribution-n_train.png" not in names  # a window count, not a metric
+    assert not any(n.startswith(("confusion-", "f1-")) for n in names)  # no classes
+    curves = text.split('id="curves.png"')[1].split("</figure>")[0]
+    assert "Naive forecasts (grey)" in curves and "from 0 to the highest value + 10 %" in curves
     views = re.findall(r'<td class="l">(personalized|last_value|client_mean)</td>', text)
     assert views[:3] == ["personalized", "last_value", "client_mean"]  # the tables' order
 
@@ -263,8 +267,8 @@ def test_classification_report_has_no_forecast_figures(tmp_path, monkeypatch):
     assert code == 0, err
     names = {p.name for p in (tmp_path / "run" / "report").glob("*.png")}
     metrics = ("accuracy", "macro_f1", "auc")
-    assert names == {*(f"curve-personalized-{m}.png" for m in metrics),
-                     *(f"clients-{m}.png" for m in metrics),
+    assert names == {"headline.png", "curves.png", *(f"distribution-{m}.png" for m in metrics),
+                     "confusion-personalized.png", "f1-personalized.png", "cost.png",
                      "bytes_up.png", "bytes_down.png", "train_loss.png", "wall_time.png"}
     text = (tmp_path / "run" / "report" / "index.html").read_text()
     text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", text)  # figures may spell anything

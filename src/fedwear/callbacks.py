@@ -27,6 +27,10 @@ from fedwear.version import library_versions
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
                  "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes"]
+#: Pooled confusion counts of a classification run (:class:`CsvSink`): per evaluated round x view x
+#: split, the windows of true class ``true`` predicted as ``pred`` summed over clients (nonzero cells).
+CONFUSION_FILE = "confusion.csv"
+CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 #: The checkpoint of a run folder (:func:`save_checkpoint`).
 CHECKPOINT = "checkpoint.npz"
 LEGACY_CHECKPOINT = "checkpoint.pkl"  # run folder format 1 (a pickle): never loaded, `fedwear upgrade` converts it
@@ -69,22 +73,33 @@ class CsvTable:
 
 class CsvSink(Callback):
     """metrics.csv (round x client x view x split, the task's metrics), rounds.csv (clients,
-    bytes), timing.csv."""
+    bytes), timing.csv, and for a classification task confusion.csv (:data:`CONFUSION_FILE`:
+    round x view x split x true x predicted class, counts pooled over clients).
+
+    A run resumed from a folder that has no confusion.csv (begun by a fedwear that did not
+    record it) goes on without one, so the file, when present, covers every evaluated round."""
 
     def __init__(self, out: Path) -> None:
         self.metrics = CsvTable(out / "metrics.csv", ID_COLUMNS)
         self.rounds = CsvTable(out / "rounds.csv", ROUND_COLUMNS)
         self.timing = CsvTable(out / "timing.csv", ["round", "wall_s", "cpu_s"])
+        self.confusion: CsvTable | None = CsvTable(out / CONFUSION_FILE, CONFUSION_COLUMNS)
 
     def on_start(self, runner: Runner) -> None:
         self.metrics.columns = ID_COLUMNS + list(KIND_METRICS[runner.method.task.kind])
         done = runner.start_round - 1
-        for t in (self.metrics, self.rounds, self.timing):
+        confusion = self.confusion
+        if confusion is not None and (runner.method.task.kind != "classification"
+                                      or (done > 0 and not confusion.path.exists())):
+            confusion = self.confusion = None
+        for t in (self.metrics, self.rounds, self.timing, *([confusion] if confusion else [])):
             if done == 0 and t.path.exists():
                 t.path.unlink()
             t.truncate_after(done)
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
+        if self.confusion is not None:
+            self.confusion.append(info.confusion)
         self.metrics.append(info.rows)
         self.rounds.append([{
             "round": info.round, "n_clients": len(info.clients), "clients": ";".join(info.clients),

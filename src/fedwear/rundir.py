@@ -33,7 +33,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedwear.callbacks import CHECKPOINT, LEGACY_CHECKPOINT, complete_rows, load_checkpoint
+from fedwear.callbacks import (
+    CHECKPOINT,
+    CONFUSION_FILE,
+    LEGACY_CHECKPOINT,
+    complete_rows,
+    load_checkpoint,
+)
 from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.errors import ConfigError, FedwearError
@@ -46,7 +52,7 @@ FORMAT = 2
 #: The lock file of :class:`RunLock` (it names the holder).
 LOCK = ".fedwear-lock"
 #: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
-RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", "summary.json", CHECKPOINT,
+RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", CONFUSION_FILE, "summary.json", CHECKPOINT,
              "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report", "tracking.json",
              "tensorboard")
 

@@ -2,8 +2,8 @@
 
 Each tracker is a :class:`~fedwear.engines.runner.Callback`. What it logs, at step = round:
 
-- at the start: the resolved config (MLflow: flattened params and ``config.yaml`` as an artifact,
-  tags for method, seed, dataset, config hash and run directory; TensorBoard: the config as text);
+- at the start: the resolved config (MLflow: every key as a flattened param, tags for method,
+  seed, dataset, config hash and run directory; TensorBoard: the config as text);
 - every round: ``train_loss``, ``bytes_up``, ``bytes_down``, ``wall_s``, ``cpu_s`` and, for an
   evaluated round, ``<view>/<metric>``: the test split's mean over clients weighted as
   ``evaluation.client_weights`` says, the value ``fedwear.summary.aggregate_metrics`` gives for
@@ -139,7 +139,8 @@ class MLflowTracker(Tracker):
         params = [Param(k, v[:6000]) for k, v in flat_params(self.cfg.model_dump(mode="json")).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(self.run_id, params=params[i : i + 100])
-        self.client.log_text(self.run_id, dump_config(self.cfg), "config.yaml")
+        # no artifact: with a database store MLflow would write it under ./mlruns of the working
+        # directory; the params hold the whole config, the run_dir tag its config.yaml
 
     def _log(self, values: dict[str, float], step: int) -> None:
         import time

@@ -1,4 +1,4 @@
-"""The ``fedwear`` command line: run, compare, data, methods, flower."""
+"""The ``fedwear`` command line: run, compare, tune, data, methods, flower."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from fedwear.cli.flower import flower_app
 from fedwear.cli.reference import config_reference
 from fedwear.cli.report import report
 from fedwear.cli.reproduce import reproduce
+from fedwear.cli.tune import tune
 from fedwear.errors import FedwearError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
@@ -31,6 +32,7 @@ app.add_typer(flower_app, name="flower")
 app.command("report")(report)
 app.command("config-reference")(config_reference)
 app.command("reproduce")(reproduce)
+app.command("tune")(tune)
 
 
 OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]

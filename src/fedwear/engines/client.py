@@ -9,7 +9,7 @@ import torch
 
 from fedwear.config import RunConfig
 from fedwear.data.types import ClientData, Windows
-from fedwear.evaluation.metrics import classification_metrics, regression_metrics
+from fedwear.evaluation.metrics import classification_metrics, confusion_counts, regression_metrics
 from fedwear.evaluation.naive import naive_forecasts
 from fedwear.evaluation.predictor import Predictor, as_predictor
 from fedwear.methods.api import Method, Personalized, Record
@@ -20,6 +20,11 @@ Row = dict[str, object]
 ABSENT_LOGIT = -1e9
 #: Reply scalar: peak bytes of the tensors the method held while training (``methods/footprint.py``).
 TRAINING_BYTES = "training_bytes"
+#: Key of a classification row's confusion counts: the row-major ``[true, predicted]`` counts of
+#: the row's windows over the task's classes, a tuple of ``num_classes**2`` ints. Not a metric:
+#: the round loop takes it out of the row, pools it over clients into ``confusion.csv``
+#: (``RoundInfo.confusion``), and it is not counted in ``eval_bytes_up``.
+CONFUSION = "confusion"
 #: The ``client`` of the ``global_pooled`` view's one row per round (it has no train split: n_train 0).
 POOLED = "pooled"
 
@@ -194,9 +199,10 @@ class ClientRuntime:
     def evaluate(self, down: Record, state: Record, global_msg: Record | None, round: int, new: bool
                  ) -> tuple[list[Row], Record | None]:
         """Rows ``{view, split, n, n_train, <metrics>}`` for the views that apply: accuracy,
-        macro_f1 and auc, or for regression mse, mae and mape in the target's units together with
-        the naive forecasts' rows (views ``last_value`` and ``client_mean``, beside every method);
-        and the client state to keep from now on when ``personalize`` says so (else None).
+        macro_f1 and auc (and the :data:`CONFUSION` counts they come from), or for regression
+        mse, mae and mape in the target's units together with the naive forecasts' rows (views
+        ``last_value`` and ``client_mean``, beside every method); and the client state to keep
+        from now on when ``personalize`` says so (else None).
 
         A method with fine-tuning budgets (``Method.budgets``) reports each as views of their own,
         ``personalized@<budget>``, ``generalization@<budget>`` and ``new_clients@<budget>``."""
@@ -265,7 +271,10 @@ class ClientRuntime:
             if task.kind == "regression":
                 shift, scale = task.target
                 return regression_metrics(w.y * scale + shift, logits.reshape(len(w), -1)[:, 0] * scale + shift)
-            return classification_metrics(w.y, logits, self.cfg.evaluation.auc)
+            q = task.num_classes
+            pred_y = logits.argmax(1) if len(w) else np.zeros(0, np.int64)
+            counts = tuple(confusion_counts(w.y, pred_y, q).ravel().tolist())
+            return {**classification_metrics(w.y, logits, self.cfg.evaluation.auc), CONFUSION: counts}
 
         metrics = self.cache.scores(round, pred, w, compute)
         return {"view": view, "split": split, "n": len(w), "n_train": len(self.data.train), **metrics}

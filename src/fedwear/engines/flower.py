@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedwear.config import RunConfig
-from fedwear.engines.client import ClientRuntime, EvalCache, Row
+from fedwear.engines.client import CONFUSION, ClientRuntime, EvalCache, Row
 from fedwear.engines.process import choose_threads, prepare_process
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.secagg import secagg_train, secure_mean
@@ -75,26 +75,40 @@ def wire_bytes(array_record) -> int:
 
 def rows_to_content(rows: list[Row]) -> dict:
     """Evaluation rows as Flower records: ids as strings, counts as ints, every metric (the
-    task's: accuracy... or mse...) as floats."""
+    task's: accuracy... or mse...) as floats, and a classification row's confusion counts
+    (:data:`~fedwear.engines.client.CONFUSION`) as ints, all rows' concatenated with each
+    row's length."""
     fa = _flwr()
-    metrics = [k for k in (rows[0] if rows else {}) if k not in ("view", "split", *ROW_COUNTS)]
-    return {
+    metrics = [k for k in (rows[0] if rows else {}) if k not in ("view", "split", CONFUSION, *ROW_COUNTS)]
+    content = {
         "rows": fa.ConfigRecord({"view": [str(r["view"]) for r in rows] or [""],
                                  "split": [str(r["split"]) for r in rows] or [""]}),
         "metrics": fa.MetricRecord({**{k: [int(r[k]) for r in rows] or [0] for k in ROW_COUNTS},
                                     **{m: [float(r[m]) for r in rows] for m in metrics}}),
         "count": fa.MetricRecord({"rows": len(rows)}),
     }
+    if any(CONFUSION in r for r in rows):  # Flower lists are not empty: a row without counts has size 0
+        cells = [int(c) for r in rows for c in r.get(CONFUSION, ())]
+        content["confusion"] = fa.MetricRecord({"size": [len(r.get(CONFUSION, ())) for r in rows],
+                                                "counts": cells or [0]})
+    return content
 
 
 def rows_from_content(content) -> list[Row]:
     n = int(content["count"]["rows"])
     rows, met = content["rows"], content["metrics"]
-    return [
+    out = [
         {"view": rows["view"][i], "split": rows["split"][i], **{k: int(met[k][i]) for k in ROW_COUNTS},
          **{m: float(met[m][i]) for m in met if m not in ROW_COUNTS}}
         for i in range(n)
     ]
+    if "confusion" in content:
+        sizes, cells, at = content["confusion"]["size"], content["confusion"]["counts"], 0
+        for row, size in zip(out, sizes, strict=True):
+            if size:
+                row[CONFUSION] = tuple(int(c) for c in cells[at : at + size])
+            at += size
+    return out
 
 
 # ---- client side ------------------------------------------------------------------------------

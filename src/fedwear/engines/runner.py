@@ -21,7 +21,7 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
-from fedwear.engines.client import TRAINING_BYTES, Row, row_client
+from fedwear.engines.client import CONFUSION, TRAINING_BYTES, Row, row_client
 from fedwear.methods import Method, Record, Task
 from fedwear.methods.api import WEIGHT, Selection, client_classes
 from fedwear.seeding import client_schedule
@@ -60,6 +60,9 @@ class RoundInfo:
     eval_bytes_up: int = 0
     cpu_s: float = float("nan")  # CPU time of the server's process (with sim: the round's whole work)
     training_bytes: int = 0  # the largest of the replies' training_bytes (0: not measured)
+    #: confusion.csv rows of the round: {round, view, split, true, pred, count}, the clients' counts
+    #: summed per (view, split), nonzero cells only (classification; see :func:`pooled_confusion`)
+    confusion: list[dict] = field(default_factory=list)
 
 
 class Callback:
@@ -347,7 +350,8 @@ class Runner:
         """Evaluation rows of round ``r`` and the bytes they cost, into ``info``.
 
         Down: each client's message plus the global model (when the method has one), as the
-        Flower engine sends them; up: the metric values, 8 bytes each (``n`` and every metric).
+        Flower engine sends them; up: the metric values, 8 bytes each (``n`` and every metric;
+        not the confusion counts, which go to ``info.confusion`` pooled over clients).
         """
         m = self.method
         ids = self.roster.clients
@@ -357,7 +361,26 @@ class Runner:
         results = self.executor.evaluate(r, downs, global_msg)
         extra = global_msg.nbytes if global_msg is not None else 0
         info.eval_bytes_down = sum(d.nbytes + extra for d in downs.values())
+        counts: dict[tuple[str, str], list] = {}
         for cid in ids + new_ids:
             for row in results.get(cid, []):
+                row = dict(row)
+                if (cells := row.pop(CONFUSION, None)) is not None:
+                    counts.setdefault((str(row["view"]), str(row["split"])), []).append(cells)
                 info.rows.append({"round": r, "client": row_client(row, cid), **row})
                 info.eval_bytes_up += 8 * sum(1 for k in row if k not in ("view", "split"))
+        info.confusion = pooled_confusion(r, counts)
+
+
+def pooled_confusion(round: int, counts: dict[tuple[str, str], list]) -> list[dict]:
+    """confusion.csv rows of one round: per (view, split) in first-seen order, the sum over the
+    clients' rows of their row-major ``[true, predicted]`` counts (each a tuple of ``Q**2`` ints,
+    Q classes), one row per nonzero cell, by true then predicted class."""
+    out = []
+    for (view, split), cells in counts.items():
+        q = math.isqrt(len(cells[0]))
+        total = np.sum(np.asarray(cells, np.int64), axis=0).reshape(q, q)
+        for t, p in zip(*np.nonzero(total), strict=True):
+            out.append({"round": round, "view": view, "split": split, "true": int(t), "pred": int(p),
+                        "count": int(total[t, p])})
+    return out

@@ -53,6 +53,26 @@ def macro_f1(y: np.ndarray, pred: np.ndarray) -> float:
     return float(np.mean(2.0 * tp / (true + predicted)))
 
 
+def confusion_counts(y: np.ndarray, pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """``[num_classes, num_classes]`` int64 counts: row = true class, column = predicted class
+    (sklearn's ``confusion_matrix`` layout over ``labels=range(num_classes)``)."""
+    y, pred = np.asarray(y, np.int64), np.asarray(pred, np.int64)
+    if len(y) and (max(y.max(), pred.max()) >= num_classes or min(y.min(), pred.min()) < 0):
+        raise ValueError(f"class index outside 0..{num_classes - 1}")
+    flat = np.bincount(y * num_classes + pred, minlength=num_classes * num_classes)
+    return flat[: num_classes * num_classes].reshape(num_classes, num_classes).astype(np.int64)
+
+
+def per_class_f1(counts: np.ndarray) -> np.ndarray:
+    """Each class's F1 from a confusion matrix (rows true, columns predicted): ``2 tp / (true +
+    predicted)``, sklearn's formula; NaN for a class neither true nor predicted (sklearn leaves
+    such a label out of its macro mean: ``np.nanmean`` of this equals :func:`macro_f1`)."""
+    counts = np.asarray(counts, np.float64)
+    tp, true, predicted = np.diag(counts), counts.sum(1), counts.sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(true + predicted > 0, 2.0 * tp / (true + predicted), np.nan)
+
+
 def binary_auc(positive: np.ndarray, score: np.ndarray) -> float:
     """ROC AUC of one binary problem as the Mann-Whitney statistic with mid-ranks for ties,
     which is the area sklearn's ``roc_auc_score`` integrates. Needs both classes present."""

@@ -7,12 +7,45 @@ from pathlib import Path
 
 from fedwear.errors import FedwearError
 from fedwear.report import html
-from fedwear.report.plots import Groups, all_plots
+from fedwear.report.classes import (
+    NO_FILE,
+    classification_plots,
+    is_classification,
+    missing_confusion,
+    runs_text,
+)
+from fedwear.report.headline import PaperNumbers, headline_plot
+from fedwear.report.plots import (
+    Groups,
+    Plot,
+    bytes_plot,
+    cost_plot,
+    curve_plot,
+    distribution_plots,
+    flat,
+    loss_plot,
+    timing_plot,
+)
 from fedwear.report.regression import TSNE_WINDOWS, regression_plots, regression_runs
 from fedwear.report.rundir import Comparison, Run, load
 
-OWN_PNGS = ("curve-*.png", "clients-*.png", "bytes_*.png", "train_loss.png", "wall_time.png",
+#: Figures of an earlier report (this version's and older ones') removed before a report is written.
+OWN_PNGS = ("headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
+            "confusion-*.png", "f1-*.png", "cost.png", "bytes_*.png", "train_loss.png", "wall_time.png",
             "embeddings-*.png", "forecast-*.png", "prototypes-*.png")
+
+
+def all_plots(groups: Groups, out: Path, reference: str | None = None,
+              paper: PaperNumbers | None = None) -> list[Plot]:
+    """Every figure of the report that needs no data or checkpoint, written to ``out``, in page
+    order: the headline (:func:`~fedwear.report.headline.headline_plot`), the curves, the
+    per-client distributions, the per-class figures (:mod:`fedwear.report.classes`), the cost,
+    then bytes, training loss and wall time."""
+    first = [p for p in (headline_plot(groups, out, reference, paper), curve_plot(groups, out)) if p]
+    cost = cost_plot(groups, out)
+    return [*first, *distribution_plots(groups, out), *classification_plots(groups, out)[0],
+            *([cost] if cost else []), bytes_plot(groups, out, "up"), bytes_plot(groups, out, "down"),
+            loss_plot(groups, out), timing_plot(groups, out)]
 
 
 def _config_values(runs: list[Run], *keys: str) -> str:
@@ -75,11 +108,11 @@ def _run_tables(run: Run) -> str:
     return f"<h2>Summary</h2>{html.run_table(run)}{_table_caption(run)}"
 
 
-def _comparison_tables(cmp: Comparison) -> str:
+def _comparison_tables(cmp: Comparison, reference: str | None = None) -> str:
     groups: Groups = cmp.runs
     parts = ["<h2>Summary over seeds</h2>"]
     for select in ("final", "best"):
-        parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select)}"
+        parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select, reference)}"
                      f'<div class="caption">{html.comparison_caption(select, groups)}</div>')
     unfinished = [run.label + ("" if run.evaluated else ", no round evaluated yet")
                   for run in cmp.all_runs if run.unfinished]
@@ -92,20 +125,32 @@ def _comparison_tables(cmp: Comparison) -> str:
     return "".join(parts)
 
 
-def _empty_sections(groups: Groups) -> dict[str, str]:
-    """Why the per-round and per-client figures are missing when no run evaluated a round."""
-    runs = [r for rs in groups.values() for r in rs]
-    if any(r.evaluated for r in runs):
+def _empty_sections(groups: Groups, plots: list[Plot]) -> dict[str, str]:
+    """Why the per-round and per-client figures are missing when no run evaluated a round, and
+    why the per-class ones are (no confusion.csv: a run older than the file)."""
+    runs = flat(groups)
+    if not any(r.evaluated for r in runs):
+        why = html.not_evaluated(runs[0]) if len(runs) == 1 else "No round evaluated yet: no run's metrics.csv holds a row."
+        return {"curves": why, "clients": why}
+    if any(p.section == "classes" for p in plots) or not any(is_classification(r) for r in runs):
         return {}
-    why = html.not_evaluated(runs[0]) if len(runs) == 1 else "No round evaluated yet: no run's metrics.csv holds a row."
-    return {"curves": why, "clients": why}
+    missing = missing_confusion(groups)
+    if missing:
+        return {"classes": f"No confusion matrix or per-class F1: {NO_FILE}: "
+                           f"{runs_text(missing)}."}
+    return {"classes": "No confusion matrix or per-class F1: the runs' confusion.csv holds no test-split row of "
+                       "the personalized or new_clients view at their final round."}
 
 
 def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                  root: Path | None = None, forecast: bool = True, client: str | None = None,
-                 tsne_windows: int = TSNE_WINDOWS, command: str | None = None) -> Path:
+                 tsne_windows: int = TSNE_WINDOWS, command: str | None = None, *,
+                 reference: str | None = None, paper: PaperNumbers | None = None) -> Path:
     """Write the PNG figures and ``index.html`` for the run or comparison at ``path`` into ``out``
-    (default ``path/report``); returns the path of ``index.html``. With ``embeddings``, also the
+    (default ``path/report``); returns the path of ``index.html``. ``reference``: the method the
+    headline figure and the tables mark (default the comparison's first); ``paper``: the
+    published numbers drawn beside ours (default none, and the headline's caption says so). With
+    ``embeddings``, also the
     t-SNE of each method's body embeddings (:mod:`fedwear.report.embeddings`; it loads the data,
     from ``root`` when given). With ``forecast`` (default), regression runs also get PCFedH's
     Fig. 4 and Fig. 3 (:mod:`fedwear.report.regression`: heart rate over time of ``client``,
@@ -114,6 +159,9 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
     target = load(Path(path))
     out = Path(out) if out is not None else Path(path) / "report"
     groups: Groups = {target.name: [target]} if isinstance(target, Run) else target.runs
+    if reference is not None and reference not in groups:
+        raise FedwearError(f"--reference {reference!r} is not a method of {path} ({', '.join(groups)}): "
+                           "name one of them")
     regression = forecast and bool(regression_runs(groups))
     if root is not None and not embeddings and not regression:
         raise FedwearError("--root is only used with --embeddings or by the heart-rate figures of "
@@ -128,10 +176,10 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
             meta, tables = _run_meta(target), _run_tables(target)
         else:
             title = f"fedwear comparison: {target.path.name}"
-            meta, tables = _comparison_meta(target), _comparison_tables(target)
+            meta, tables = _comparison_meta(target), _comparison_tables(target, reference or next(iter(groups)))
         if command:
             meta = [f"made by <code>{escape(command)}</code>", *meta]
-        plots = all_plots(groups, out)
+        plots = all_plots(groups, out, reference=reference, paper=paper)
         if embeddings:
             from fedwear.report.embeddings import embedding_plot  # loads data and checkpoints
 
@@ -139,7 +187,7 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
         if regression:  # loads data and checkpoints
             plots += regression_plots(groups, out, root, client, tsne_windows)
         index = out / "index.html"
-        index.write_text(html.page(title, meta, tables, plots, out, _empty_sections(groups)), encoding="utf-8")
+        index.write_text(html.page(title, meta, tables, plots, out, _empty_sections(groups, plots)), encoding="utf-8")
     except OSError as e:
         raise FedwearError(f"{out}: cannot write the report ({e.strerror or e}); "
                            "pass --out with a writable folder") from None

@@ -20,15 +20,20 @@ from fedwear.report.tables import ordered_views
 from fedwear.report.units import fmt, row_label, units_note
 
 SECTIONS = {
+    "headline": "Headline",
     "curves": "Metrics per round",
-    "clients": "Per client, final and best round",
+    "clients": "Per client, final round",
+    "classes": "Per class: confusion matrices and F1",
+    "cost": "Federated cost: the main metric against communication and time",
     "training": "Communication, training loss and time",
     "embeddings": "t-SNE of body embeddings",
     "forecast": "Heart rate over time: predicted and true, one client",
     "prototypes": "t-SNE of PCFedH encoder features, coloured by nearest prototype",
 }
 #: Sections whose figures each take a row of their own, at their own width.
-WIDE = ("clients", "embeddings", "forecast", "prototypes")
+WIDE = ("headline", "curves", "clients", "classes", "cost", "embeddings", "forecast", "prototypes")
+#: Shown first, above the tables.
+FIRST = ("headline",)
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto;
@@ -69,10 +74,23 @@ def _num(key: str, metric: str, value: float | None) -> str:
     return f'<span data-key="{escape(key)}" data-value="{exact}">{fmt(metric, value)}</span>'
 
 
-def _pm(key: str, metric: str, mean: float | None, std: float | None) -> str:
+def _pm(key: str, metric: str, mean: float | None, std: float | None, n: int | None = None,
+        what: str = "seed") -> str:
+    """``mean ± std``; over a single value (``n`` = 1 ``what``) the value and ``(n = 1 seed)``:
+    never a ``± 0.00`` that would read as no variance."""
     if _missing(mean):
         return "n/a"
+    if n == 1:
+        return f"{_num(key + '.mean', metric, mean)} <small>(n = 1 {what})</small>"
     return f"{_num(key + '.mean', metric, mean)} ± {_num(key + '.std', metric, std)}"
+
+
+def _clients_at(run: Run, round: object, view: str) -> int | None:
+    """Clients with a test-split row of ``view`` at ``round`` (None: the round is unknown)."""
+    if round is None:
+        return None
+    m = run.metrics
+    return int(((m["round"] == round) & (m["view"] == view) & (m["split"] == "test")).sum())
 
 
 def _ordered(keys: set[str], order: list[str] | tuple[str, ...]) -> list[str]:
@@ -113,8 +131,9 @@ def run_table(run: Run, prefix: str = "") -> str:
                 stats = (s.get(f"{sel}_stats") or {}).get(view, {}).get(metric) or {}
                 weighted = (s.get(sel) or {}).get(view, {}).get(metric)
                 key = f"{prefix}{sel}.{view}.{metric}"
+                at = s.get("final_round") if sel == "final" else (s.get("best_rounds") or {}).get(view, s.get("best_round"))
                 cells.append(f"<td>{_num(key + '.weighted', metric, weighted)}</td>")
-                cells.append(f"<td>{_pm(key, metric, stats.get('mean'), stats.get('std'))}</td>")
+                cells.append(f"<td>{_pm(key, metric, stats.get('mean'), stats.get('std'), _clients_at(run, at, view), 'client')}</td>")
             rows.append(_row(view if i == 0 else "", metric, cells, first=i == 0))
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -130,7 +149,8 @@ def run_table_caption(run: Run) -> str:
     source = (f"from the CSV files written so far (no summary.json: the run is unfinished, {run.stopped_at}; "
               f"final: its last evaluated round so far)" if run.unfinished else "from summary.json")
     return (f"Test split, {source}. <b>weighted mean</b>: {weighted([run])}; <b>mean ± std</b>: "
-            "unweighted mean over clients ± population std over clients (ddof=0). "
+            "unweighted mean over clients ± population std over clients (ddof=0); a view with one client "
+            "(global_pooled) shows its value and n = 1 client. "
             f"Best round: {escape(rule)}. {units_note(run.metric_names)}.")
 
 
@@ -140,17 +160,19 @@ def _over_seeds(values: list) -> tuple[float | None, float | None, int]:
     return (float(v.mean()), float(v.std()), len(v)) if len(v) else (None, None, 0)
 
 
-def comparison_table(groups: Groups, select: str) -> str:
+def comparison_table(groups: Groups, select: str, reference: str | None = None) -> str:
     """Per view x metric (rows) and method (columns): mean ± population std over seeds of the
-    per-seed sample-weighted means over clients at the ``select`` (final or best) round; a
-    sentence instead when no run evaluated a round."""
+    per-seed sample-weighted means over clients at the ``select`` (final or best) round (one
+    seed: its value and ``n = 1 seed``); ``reference``'s column header says so; a sentence
+    instead when no run evaluated a round."""
     if not any(r.evaluated for runs in groups.values() for r in runs):
         return '<p class="empty">No round evaluated yet: no run\'s metrics.csv holds a row.</p>'
     summaries = [r.summary for runs in groups.values() for r in runs]
     order = [m for runs in groups.values() for r in runs for m in r.metric_names]
     views, metrics = _views_metrics(summaries, list(dict.fromkeys(order)))
     head = ('<tr><th class="l">view</th><th class="l">metric</th>'
-            + "".join(f"<th>{escape(m)} ({len(runs)} seed{'s' if len(runs) > 1 else ''})</th>"
+            + "".join(f"<th>{escape(m)} ({len(runs)} seed{'s' if len(runs) > 1 else ''}"
+                      f"{', reference' if m == reference else ''})</th>"
                       for m, runs in groups.items()) + "</tr>")
     rows = []
     for view in views:
@@ -159,8 +181,8 @@ def comparison_table(groups: Groups, select: str) -> str:
             for method, runs in groups.items():
                 vals = [(r.summary.get(select) or {}).get(view, {}).get(metric) for r in runs]
                 mean, std, n = _over_seeds(vals)
-                note = f" <small>(n={n})</small>" if 0 < n < len(runs) else ""
-                cells.append(f"<td>{_pm(f'{select}.{method}.{view}.{metric}', metric, mean, std)}"
+                note = f" <small>(n = {n} seeds)</small>" if 1 < n < len(runs) else ""
+                cells.append(f"<td>{_pm(f'{select}.{method}.{view}.{metric}', metric, mean, std, n)}"
                              f"{note}</td>")
             rows.append(_row(view if i == 0 else "", metric, cells, first=i == 0))
     return f"<table>{head}{''.join(rows)}</table>"
@@ -171,7 +193,8 @@ def comparison_caption(select: str, groups: Groups) -> str:
             else "best round of each seed (its summary.json best_round)")
     return (f"{when.capitalize()}, test split. Per seed the {weighted(flat(groups))}; cell: mean ± population "
             "std over seeds (ddof=0) of those per-seed values (n = seeds with a value, shown when "
-            f"some seed has none). {units_note(metrics_of(groups))}.")
+            "some seed has none; a single value reads n = 1 seed, with no ± that would look like no "
+            f"variance). {units_note(metrics_of(groups))}.")
 
 
 def figure(plot: Plot, out: Path) -> str:
@@ -183,11 +206,15 @@ def figure(plot: Plot, out: Path) -> str:
             f"<figcaption><b>{escape(plot.file)}</b>: {escape(plot.caption)}</figcaption></figure>")
 
 
-def figures(plots: list[Plot], out: Path, empty: dict[str, str] | None = None) -> str:
-    """Figures grouped by section; within a section, one grid row per ``Plot.row`` (a view).
-    A section without figures is left out, or shows its sentence of ``empty`` (why it has none)."""
+def figures(plots: list[Plot], out: Path, empty: dict[str, str] | None = None,
+            sections: tuple[str, ...] | None = None) -> str:
+    """Figures grouped by section (``sections``: only those; default all); within a section, one
+    grid row per ``Plot.row`` (a view). A section without figures is left out, or shows its
+    sentence of ``empty`` (why it has none)."""
     parts = []
     for section, title in SECTIONS.items():
+        if sections is not None and section not in sections:
+            continue
         chosen = [p for p in plots if p.section == section]
         if not chosen:
             if section in (empty or {}):
@@ -207,8 +234,8 @@ def figures(plots: list[Plot], out: Path, empty: dict[str, str] | None = None) -
 
 def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path,
          empty: dict[str, str] | None = None) -> str:
-    """The whole HTML document; ``meta`` items and ``tables`` are already HTML; ``empty``: see
-    :func:`figures`."""
+    """The whole HTML document: the headline figure, the tables, then every other figure;
+    ``meta`` items and ``tables`` are already HTML; ``empty``: see :func:`figures`."""
     items = "".join(f"<li>{m}</li>" for m in meta)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -216,5 +243,6 @@ def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path,
         f"<title>{escape(title)}</title><style>{STYLE}</style>"
         f"<script>{SCRIPT}</script></head>\n<body>"
         f'<h1>{escape(title)}</h1><ul class="meta">{items}</ul>'
-        f"{tables}{figures(plots, out, empty)}</body></html>\n"
+        f"{figures(plots, out, empty, FIRST)}{tables}"
+        f"{figures(plots, out, empty, tuple(s for s in SECTIONS if s not in FIRST))}</body></html>\n"
     )

@@ -1,12 +1,25 @@
 """PNG figures of runs grouped by method, each with a caption saying exactly what it shows.
 
 Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no global backend switch).
-A single run is the group ``{method: [run]}``; in a comparison the line of a method is the mean
-over its seeds and the band spans min..max over seeds.
+A single run is the group ``{method: [run]}``; in a comparison a method's value is the mean over
+its seeds of each seed's value, and a band or whisker spans min..max over seeds.
+
+Axes are honest: a metric in % is drawn on 0-100 % (bars) or on its values' range widened and
+rounded out to tens, never narrower than :data:`MIN_SPAN` points (lines, boxes), so a small
+difference does not fill the axis; errors (MSE, MAE, MAPE) start at 0. A line at an axis limit
+(a flat 0, a flat 100 %) stays visible above or below it. Round axes have integer ticks; a curve
+with one evaluated round is a point. Views that are the same model (identical values in every
+round and client, FedAvg's personalized and global) are drawn once and labelled so.
+
+The figures: :func:`curve_plot` (one panel per metric, views overlaid), :func:`distribution_plots`
+(per-client boxes per method), :func:`cost_plot` (the main metric against cumulative MB and wall
+time), :func:`bytes_plot`, :func:`loss_plot`, :func:`timing_plot`; the headline figure is in
+:mod:`fedwear.report.headline`, the per-class figures in :mod:`fedwear.report.classes`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,19 +28,30 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-from fedwear.config import METRICS
+from fedwear.config import KIND_METRICS
+from fedwear.evaluation.metrics import LOWER_IS_BETTER
+from fedwear.evaluation.naive import NAIVE
 from fedwear.report.rundir import Run
 from fedwear.report.tables import ordered_views
-from fedwear.report.units import NAMES, axis_label, scale
+from fedwear.report.units import NAMES, axis_label, scale, unit
 
 Groups = dict[str, list[Run]]
+DPI = 110
+#: The narrowest y range (in percentage points) a metric in % is drawn on.
+MIN_SPAN = 20.0
+#: Line styles of the views in a figure's view order (colour is the method's).
+VIEW_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)), (0, (3, 1, 1, 1)))
+NAIVE_COLOR = "#777777"
 
 
 def flat(groups: Groups) -> list[Run]:
+    """Every run of ``groups``, in group order."""
     return [run for runs in groups.values() for run in runs]
-DPI = 110
+
+
 def weighted(runs: Iterable[Run]) -> str:
     """How the runs' weighted means were taken over clients (``evaluation.client_weights``)."""
     how = {run.client_weights for run in runs}
@@ -88,8 +112,38 @@ def seeds_text(groups: Groups) -> str:
     return "; ".join(parts)
 
 
+def n_seeds(k: int) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{k} seed{'' if k == 1 else 's'}"
+
+
+def seeds_n(groups: Groups) -> str:
+    """How many seeds each method's numbers average: ``n = 3 seeds per method``, ``n = 1 seed``,
+    or ``n = 3 seeds (fedavg), 1 seed (local)`` when they differ."""
+    counts = {m: len(rs) for m, rs in groups.items()}
+    if len(set(counts.values())) == 1:
+        return f"n = {n_seeds(next(iter(counts.values())))}" + (" per method" if len(counts) > 1 else "")
+    return "n = " + ", ".join(f"{n_seeds(k)} ({m})" for m, k in counts.items())
+
+
 def multi_seed(groups: Groups) -> bool:
     return any(len(runs) > 1 for runs in groups.values())
+
+
+def main_metric(groups: Groups) -> tuple[str, str]:
+    """The (view, metric) a report leads with: ``evaluation.best_metric`` of the first run (e.g.
+    ``personalized.accuracy``) when its runs record it, else the task's first metric (accuracy,
+    MSE) on the personalized view (or the first view present)."""
+    runs = flat(groups)
+    metrics, views = metrics_of(groups), views_of(groups)
+    rule = str(((runs[0].config.get("evaluation") or {}).get("best_metric") or "") if runs else "")
+    view, _, metric = rule.partition(".")
+    if metric not in metrics:
+        kind = "regression" if "mse" in metrics else "classification"
+        metric = next((m for m in KIND_METRICS[kind] if m in metrics), metrics[0] if metrics else "accuracy")
+    if view not in views:
+        view = "personalized" if "personalized" in views else (views[0] if views else "personalized")
+    return view, metric
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -102,6 +156,60 @@ def _save(fig: Figure, out: Path, file: str) -> None:
     fig.savefig(out / file, dpi=DPI, metadata={"Software": None})
 
 
+# ---- axes ---------------------------------------------------------------------------------------
+def axis_range(metric: str, values: Iterable[float], bars: bool = False) -> tuple[float, float, str]:
+    """The y range (in display units) of ``values`` (metrics.csv units) and how it was chosen.
+
+    A metric in %: bars on 0-100 %; other marks on the values' range widened by 5 points on each
+    side, rounded out to tens, at least :data:`MIN_SPAN` points wide, within 0-100. Any other
+    metric from 0 (or its lowest value, when negative) to its highest value plus 10 %."""
+    factor = scale(metric)
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float) * factor
+    u = unit(metric) or ""
+    if factor == 100.0:
+        if bars or not len(v):
+            return 0.0, 100.0, "0-100 % (the whole range)"
+        lo = max(0.0, 10 * math.floor((v.min() - 5) / 10))
+        hi = min(100.0, 10 * math.ceil((v.max() + 5) / 10))
+        while hi - lo < MIN_SPAN:
+            if hi < 100:
+                hi = min(100.0, hi + 10)
+            else:
+                lo = max(0.0, lo - 10)
+        return lo, hi, (f"{lo:g}-{hi:g} % (the values' range ±5 points, rounded out to tens, at least "
+                        f"{MIN_SPAN:g} points wide, within 0-100 %)")
+    top = float(v.max()) if len(v) else 1.0
+    bottom = min(0.0, float(v.min())) if len(v) else 0.0
+    hi = top * 1.1 if top > 0 else 1.0
+    return bottom, hi, f"{bottom:.4g}-{hi:.4g}{' ' + u if u else ''} (from {'0' if bottom == 0 else 'the lowest value'} to the highest value + 10 %)"
+
+
+def set_range(ax, lo: float, hi: float) -> None:
+    """``ax``'s y limits: ``lo..hi`` padded by 2 % so a line at either limit stays visible."""
+    pad = 0.02 * (hi - lo or 1.0)
+    ax.set_ylim(lo - pad, hi + pad)
+
+
+def round_axis(ax, rounds: Iterable[float]) -> None:
+    """Integer round ticks; a single round sits in the middle of ``round - 1 .. round + 1``."""
+    rs = sorted({float(r) for r in rounds})
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if len(rs) == 1:
+        ax.set_xlim(rs[0] - 1, rs[0] + 1)
+        ax.set_xticks([rs[0]])
+    elif rs:
+        span = rs[-1] - rs[0]
+        ax.set_xlim(rs[0] - 0.04 * span, rs[-1] + 0.04 * span)
+
+
+def show_zero(ax) -> None:
+    """Lower the y axis a little below 0 when it starts at 0, so a flat 0 line (Local's bytes)
+    is not hidden under the axis."""
+    lo, hi = ax.get_ylim()
+    if lo >= 0:
+        ax.set_ylim(-0.03 * (hi - lo or 1.0), hi)
+
+
 def _seed_band(series: list[pd.Series]) -> pd.DataFrame:
     """Per round (index): mean, min and max over the seeds' values (NaN ignored)."""
     table = pd.concat(series, axis=1)
@@ -110,7 +218,7 @@ def _seed_band(series: list[pd.Series]) -> pd.DataFrame:
 
 
 def _draw_band(ax, stats: pd.DataFrame, style: dict, label: str, factor: float = 1.0,
-               ls: str = "-") -> None:
+               ls: str | tuple = "-") -> None:
     """The mean line (a marker on each point; see :func:`_thin_markers`) and, when seeds differ,
     the min..max band."""
     stats = stats.dropna(subset=["mean"])
@@ -119,7 +227,7 @@ def _draw_band(ax, stats: pd.DataFrame, style: dict, label: str, factor: float =
     ax.plot(x, factor * stats["mean"], color=color, marker=style["marker"], markersize=style["size"],
             lw=1.6, ls=ls, label=label)
     if (stats["hi"] > stats["lo"]).any():
-        ax.fill_between(x, factor * stats["lo"], factor * stats["hi"], color=color, alpha=0.18,
+        ax.fill_between(x, factor * stats["lo"], factor * stats["hi"], color=color, alpha=0.12,
                         lw=0)
 
 
@@ -152,137 +260,289 @@ def _weighted_series(run: Run, view: str, metric: str) -> pd.Series:
     return sel.set_index("round")["weighted"].astype(float).rename(str(run.seed))
 
 
-def curve_plots(groups: Groups, out: Path) -> list[Plot]:
-    """One figure per (view, metric): the test-split metric per evaluated round."""
-    plots, sty = [], styles(groups)
-    band = multi_seed(groups)
-    for view in views_of(groups):
-        for metric in metrics_of(groups):
-            lines = {}
-            for method, runs in groups.items():
-                series = [_weighted_series(r, view, metric) for r in runs]
-                series = [s for s in series if s.notna().any()]
-                if series:
-                    lines[method] = _seed_band(series)
-            if not lines:
-                continue
-            fig = _new_figure(4.8, 3.5 if len(groups) > 1 else 3.2)
-            ax = fig.add_subplot()
-            for method, stats in lines.items():
-                _draw_band(ax, stats, sty[method], method, scale(metric))
-            ax.set(xlabel="round", ylabel=axis_label(metric),
-                   title=f"{view}: {NAMES.get(metric, metric)}")
-            ax.title.set_fontsize(10)
-            ax.grid(alpha=0.3)
-            ax.xaxis.get_major_locator().set_params(integer=True)
-            _thin_markers(ax)
-            _legend(fig, ax, groups)
-            file = f"curve-{view}-{metric}.png"
-            _save(fig, out, file)
-            what = f"{NAMES.get(metric, metric)}, {view} view, test split, at each evaluated round"
-            drawn = {m: groups[m] for m in lines}
-            if band:
-                caption = (f"{what}. Line: mean over seeds of each seed's {weighted(flat(drawn))}; shaded band: "
-                           f"min..max over seeds of that per-seed value ({seeds_text(drawn)}).")
-            else:
-                caption = f"{what}: {weighted(flat(drawn))}. Runs: {seeds_text(drawn)}."
-            title = f"{view}: {NAMES.get(metric, metric)}"
-            plots.append(Plot(file, title, caption, "curves", view))
-    return plots
-
-
-def _by_view(run: Run, round: int | None) -> dict[str, pd.DataFrame]:
-    """Test-split rows of ``round`` per view, indexed by client id (as text)."""
+# ---- views that are the same model ------------------------------------------------------------
+def _view_rows(run: Run, view: str) -> pd.DataFrame:
     m = run.metrics
-    sel = m[(m["round"] == round) & (m["split"] == "test")].astype({"client": str})
-    return {str(view): g.set_index("client") for view, g in sel.groupby("view")}
+    cols = ["round", "client", "n", *run.metric_names]
+    sel = m[(m["view"] == view) & (m["split"] == "test")][cols].astype({"client": str})
+    return sel.sort_values(["round", "client"], kind="stable").reset_index(drop=True)
 
 
-def _round_text(groups: Groups, key: str) -> str:
-    rounds = {method: runs[0].summary.get(key) for method, runs in groups.items()}
-    if len(set(rounds.values())) == 1:
-        return f"round {next(iter(rounds.values()))}"
-    return "rounds " + ", ".join(f"{m} {r}" for m, r in rounds.items())
-
-
-def _client_bars(ax, names: list[str], at: dict[str, pd.DataFrame], metric: str,
-                 col: dict[str, str]) -> None:
-    """Bars per client (grouped by method) and a dashed line at each method's weighted mean."""
-    present = {m: f for m, f in at.items() if f[metric].notna().any()}
-    k, x, factor = max(1, len(present)), np.arange(len(names)), scale(metric)
-    for idx, (method, f) in enumerate(present.items()):
-        offset = (idx - (k - 1) / 2) * 0.8 / k
-        y = f[metric].reindex(names).to_numpy(float)
-        ax.bar(x + offset, factor * y, width=0.8 / k, color=col[method])
-        for xi in (x + offset)[np.isnan(y) & np.isin(names, f.index)]:
-            ax.text(xi, 0, "n/a", ha="center", va="bottom", rotation=90, fontsize=7, color="#555")
-        v, w = f[metric].to_numpy(float), f["n"].to_numpy(float)
-        ok = ~np.isnan(v)
-        if w[ok].sum() > 0:
-            ax.axhline(factor * np.average(v[ok], weights=w[ok]), color=col[method], ls="--", lw=1)
-    sizes = {}
-    for f in at.values():
-        for c, n in f["n"].items():
-            sizes.setdefault(c, set()).add(int(n))
-    rotate = len(names) > 8
-    sep = " " if rotate else "\n"
-    labels = [f"{c}{sep}n={next(iter(sizes[c]))}" if len(sizes.get(c, ())) == 1 else c
-              for c in names]
-    ax.set_xticks(x, labels, rotation=90 if rotate else 0, fontsize=7)
-    ax.set_xlim(-0.5, len(names) - 0.5)
-    ax.grid(axis="y", alpha=0.3)
-    ax.tick_params(axis="y", labelsize=8)
-
-
-def client_plots(groups: Groups, out: Path) -> list[Plot]:
-    """One figure per metric: per-client bars at the final and best rounds, one row per view."""
-    plots, col = [], colors(groups)
-    reps = {method: runs[0] for method, runs in groups.items()}
-    keys = ("final_round", "best_round")
-    rows_at = {key: {m: _by_view(r, r.summary.get(key)) for m, r in reps.items()} for key in keys}
-    rules = {r.summary.get("best_rule") for r in reps.values()} - {None}
-    for metric in metrics_of(groups):
-        clients = {}
-        for view in views_of(groups):
-            frames = [f[view] for at in rows_at.values() for f in at.values()
-                      if view in f and metric in f[view] and f[view][metric].notna().any()]
-            if frames:
-                clients[view] = sorted(set().union(*(f.index for f in frames)))
-        if not clients:
+def same_model_views(runs: list[Run]) -> dict[str, str]:
+    """``{view: earlier view}`` for the views whose test rows equal an earlier view's (fedwear's
+    view order) in every run: the same rounds, clients and window counts and identical values of
+    every metric (NaN where the other is NaN), i.e. the same model scored twice (FedAvg's
+    personalized and global views)."""
+    if not runs:
+        return {}
+    common = [v for v in ordered_views({str(v) for v in runs[0].metrics["view"].unique()})
+              if all((r.metrics["view"] == v).any() for r in runs) and v not in NAIVE]
+    rows = {(i, v): _view_rows(r, v) for i, r in enumerate(runs) for v in common}
+    out: dict[str, str] = {}
+    for k, a in enumerate(common):
+        if a in out:
             continue
-        most = max(len(c) for c in clients.values())
-        width = min(16.0, max(9.0, 2 * (1.2 + 0.14 * most * len(reps))))
-        fig = _new_figure(width, 0.5 + 2.2 * len(clients))
-        # % metrics share one 0..100 axis; errors (bpm, bpm²) differ by orders of magnitude between
-        # a model and the naive forecasts, so each view (row) gets its own
-        axes = fig.subplots(len(clients), 2, squeeze=False, sharey=True if metric in METRICS else "row")
-        for i, (view, names) in enumerate(clients.items()):
-            for j, key in enumerate(keys):
-                at = {m: f[view] for m, f in rows_at[key].items()
-                      if view in f and metric in f[view]}
-                _client_bars(axes[i, j], names, at, metric, col)
-                axes[i, j].set_title(f"{view}: {key.split('_')[0]} ({_round_text(groups, key)})",
-                                     fontsize=9)
-            axes[i, 0].set_ylabel(axis_label(metric), fontsize=8)
-        if len(reps) > 1:
-            fig.legend([Patch(color=col[m]) for m in reps], list(reps), loc="outside lower center",
-                       ncol=min(len(reps), 4), frameon=False, fontsize=9)
-        file = f"clients-{metric}.png"
+        for b in common[k + 1:]:
+            if b not in out and all(len(rows[(i, a)]) and rows[(i, a)].equals(rows[(i, b)])
+                                    for i in range(len(runs))):
+                out[b] = a
+    return out
+
+
+def same_text(same: dict[str, dict[str, str]]) -> str:
+    """``fedavg, fedprox: personalized = global`` for the views drawn once ('' when none)."""
+    pairs: dict[str, list[str]] = {}
+    for method, views in same.items():
+        for b, a in views.items():
+            pairs.setdefault(f"{a} = {b}", []).append(method)
+    return "; ".join(f"{', '.join(ms)}: {pair}" for pair, ms in pairs.items())
+
+
+# ---- curves -------------------------------------------------------------------------------------
+def curve_plot(groups: Groups, out: Path) -> Plot | None:
+    """``curves.png``: one panel per metric, the test-split value at each evaluated round; one
+    line per method (colour) and view (line style), the mean over seeds with a min..max band.
+    A view identical to an earlier one for a method (the same model) is drawn once, its legend
+    entry saying ``personalized = global``; the naive forecasts of a regression run (the same for
+    every method) once, in grey. None when no run evaluated a round."""
+    metrics, views = metrics_of(groups), views_of(groups)
+    if not views or not metrics:
+        return None
+    sty = styles(groups)
+    same = {m: same_model_views(rs) for m, rs in groups.items()}
+    line = {v: VIEW_STYLES[i % len(VIEW_STYLES)] for i, v in enumerate(views)}
+    fig = _new_figure(0.6 + 4.3 * len(metrics), 4.2 if len(groups) * len(views) <= 8 else 4.8)
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    ranges, drawn_views, naive_from = [], [], None
+    for ax, metric in zip(axes, metrics, strict=True):
+        values, rounds = [], set()
+        for method, runs in groups.items():
+            for view in views:
+                if view in same[method]:
+                    continue
+                naive = view in NAIVE
+                if naive and naive_from not in (None, method):
+                    continue
+                series = [s for s in (_weighted_series(r, view, metric) for r in runs) if s.notna().any()]
+                if not series:
+                    continue
+                if naive:
+                    naive_from = method
+                stats = _seed_band(series).dropna(subset=["mean"])
+                style = {**sty[method], "color": NAIVE_COLOR} if naive else sty[method]
+                _draw_band(ax, stats, style, f"{method} {view}", scale(metric), line[view])
+                values += [*stats["lo"], *stats["hi"]]
+                rounds |= set(stats.index)
+                drawn_views.append(view)
+        lo, hi, how = axis_range(metric, values)
+        set_range(ax, lo, hi)
+        round_axis(ax, rounds)
+        ranges.append(f"{NAMES.get(metric, metric)} {how}")
+        ax.set(xlabel="round", ylabel=axis_label(metric), title=NAMES.get(metric, metric))
+        ax.title.set_fontsize(10)
+        ax.grid(alpha=0.3)
+        _thin_markers(ax)
+    shown = [v for v in views if v in drawn_views]
+    handles = [Line2D([], [], color=sty[m]["color"], marker=sty[m]["marker"], lw=1.6) for m in groups
+               if any(v not in NAIVE for v in shown)]
+    labels = [m for m in groups if any(v not in NAIVE for v in shown)]
+    for view in shown:
+        also: dict[str, list[str]] = {}
+        for m, pairs in same.items():
+            for b, a in pairs.items():
+                if a == view:
+                    also.setdefault(b, []).append(m)
+        naive = view in NAIVE
+        handles.append(Line2D([], [], color=NAIVE_COLOR if naive else "#333333", ls=line[view], lw=1.6))
+        labels.append(f"{view}" + (" (naive forecast)" if naive else "")
+                      + "".join(f" (= {b} for {', '.join(ms)})" for b, ms in also.items()))
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False, fontsize=8.5)
+    _save(fig, out, "curves.png")
+    every = weighted(flat(groups))
+    spread = (f"line: mean over seeds of each seed's {every}; shaded band: min..max over seeds"
+              if multi_seed(groups) else f"one seed: {every}")
+    merged = same_text(same)
+    caption = (f"Test split, at each evaluated round, one panel per metric; colour: method, line style: "
+               f"view; {spread} ({seeds_text(groups)}; {seeds_n(groups)}). "
+               + (f"Drawn once where two views are the same model (identical values in every round "
+                  f"and client): {merged}. " if merged else "")
+               + (f"Naive forecasts (grey) from {naive_from}'s runs: they depend on the data only. "
+                  if naive_from else "")
+               + f"y axes: {'; '.join(ranges)}.")
+    return Plot("curves.png", "metrics per round", caption, "curves")
+
+
+# ---- per-client distributions -------------------------------------------------------------------
+def final_rows(run: Run, view: str) -> pd.DataFrame:
+    """The test-split rows of ``view`` at the run's final round (its last evaluated round)."""
+    m = run.metrics
+    return m[(m["round"] == run.summary.get("final_round")) & (m["view"] == view) & (m["split"] == "test")]
+
+
+def worst_decile(values: np.ndarray, metric: str) -> float:
+    """Mean of the worst 10 % of clients (at least one): the lowest values, the highest for an
+    error (as ``summary.json``'s ``worst10``)."""
+    v = np.sort(values[~np.isnan(values)])
+    if not len(v):
+        return float("nan")
+    k = max(1, math.ceil(0.1 * len(v)))
+    return float((v[::-1] if metric in LOWER_IS_BETTER else v)[:k].mean())
+
+
+def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
+    """``distribution-<metric>.png``: one panel per view, one box per method over the clients of
+    every seed at each seed's final round (each point one client of one seed), the worst decile
+    (mean of the worst 10 % of clients, averaged over seeds) marked in red. The naive forecasts
+    of a regression run get one box (the same for every method)."""
+    plots, col = [], colors(groups)
+    views = views_of(groups)
+    for metric in metrics_of(groups):
+        panels: dict[str, dict[str, tuple[np.ndarray, float]]] = {}
+        for view in views:
+            per_method = {}
+            for method, runs in groups.items():
+                seeds = [final_rows(r, view)[metric].to_numpy(float) if metric in r.metrics else np.zeros(0)
+                         for r in runs]
+                seeds = [s[~np.isnan(s)] for s in seeds]
+                seeds = [s for s in seeds if len(s)]
+                if seeds:
+                    per_method[method] = (np.concatenate(seeds),
+                                          float(np.mean([worst_decile(s, metric) for s in seeds])))
+                    if view in NAIVE:
+                        break
+            if per_method:
+                panels[view] = per_method
+        if not panels:
+            continue
+        factor = scale(metric)
+        k = max(len(p) for p in panels.values())
+        fig = _new_figure(min(18.0, 0.8 + len(panels) * (0.9 + 0.55 * k)), 4.0)
+        axes = fig.subplots(1, len(panels), squeeze=False, sharey=factor == 100.0)[0]
+        everything = [v for p in panels.values() for vals, w in p.values() for v in (*vals, w)]
+        lo, hi, how = axis_range(metric, everything)
+        rng = np.random.default_rng(0)  # the jitter of the points: the same every time
+        for ax, (view, per_method) in zip(axes, panels.items(), strict=True):
+            names = list(per_method)
+            for i, method in enumerate(names):
+                vals, worst = per_method[method]
+                color = NAIVE_COLOR if view in NAIVE else col[method]
+                box = ax.boxplot([factor * vals], positions=[i], widths=0.55, patch_artist=True,
+                                 showfliers=False, medianprops={"color": "black", "lw": 1.2})
+                for patch in box["boxes"]:
+                    patch.set(facecolor=color, alpha=0.28, edgecolor=color)
+                ax.scatter(i + rng.uniform(-0.18, 0.18, len(vals)), factor * vals, s=9, color=color,
+                           alpha=0.8, lw=0, zorder=3)
+                ax.plot([i - 0.32, i + 0.32], [factor * worst] * 2, color="#d62728", lw=2.2, zorder=4)
+            labels = ([f"naive\nn = {len(per_method[names[0]][0])}"] if view in NAIVE else
+                      [f"{m}\nn = {len(per_method[m][0])}" for m in names])
+            ax.set_xticks(range(len(names)), labels, fontsize=7.5, rotation=30 if len(names) > 4 else 0)
+            ax.set_xlim(-0.6, len(names) - 0.4)
+            ax.set_title(view, fontsize=9.5)
+            ax.grid(axis="y", alpha=0.3)
+            if factor == 100.0:
+                set_range(ax, lo, hi)
+            else:  # errors: each view on its own scale from 0 (the naive forecasts' are larger)
+                vlo, vhi, _ = axis_range(metric, [v for vals, w in per_method.values() for v in (*vals, w)])
+                set_range(ax, vlo, vhi)
+        axes[0].set_ylabel(axis_label(metric), fontsize=9)
+        fig.legend([Line2D([], [], color="#d62728", lw=2.2), Line2D([], [], color="black", lw=1.2)],
+                   ["worst decile: mean of the worst 10 % of clients (mean over seeds)", "median"],
+                   loc="outside lower center", ncol=2, frameon=False, fontsize=8.5)
+        file = f"distribution-{metric}.png"
         _save(fig, out, file)
-        which = ("the run with the lowest seed of each method, not a mean over seeds ("
-                 + ", ".join(f"{m}: seed {r.seed}" for m, r in reps.items()) + ")"
-                 if len(groups) > 1 or multi_seed(groups) else seeds_text(groups))
-        rule = f"; best = {'; '.join(sorted(rules))}" if rules else ""
-        caption = (f"{NAMES.get(metric, metric)} of each client on the test split, one row per "
-                   f"view: final round (left) and best round (right{rule}). Bars: one per client"
-                   f"{' and method' if len(groups) > 1 else ''}, n/a where the metric is "
-                   "undefined; "
-                   f"dashed line: {weighted(reps.values())}. "
-                   f"Runs: {which}.")
+        rounds = sorted({str(r.summary.get("final_round")) for r in flat(groups)})
+        scale_text = (f"y axis {how}" if factor == 100.0 else
+                      "each view on its own y axis, from 0 to its highest value + 10 %")
+        caption = (f"{NAMES.get(metric, metric)} of each client on the test split at each seed's final round "
+                   f"(round {', '.join(rounds)}), one panel per view: per method a box (quartiles, median; "
+                   f"whiskers 1.5 IQR) over the points, each point one client of one seed (n = clients x seeds "
+                   f"under each box); red: the worst decile, the mean of the worst 10 % of clients "
+                   f"({'highest' if metric in LOWER_IS_BETTER else 'lowest'} values) per seed, averaged over "
+                   f"seeds. Runs: {seeds_text(groups)}. {scale_text}.")
         plots.append(Plot(file, f"per client: {NAMES.get(metric, metric)}", caption, "clients"))
     return plots
 
 
+# ---- federated cost -----------------------------------------------------------------------------
+def _cumulative(run: Run, columns: list[str], frame: pd.DataFrame) -> pd.Series:
+    """The cumulative sum over rounds of ``columns`` of ``frame`` (rounds.csv or timing.csv)."""
+    if not len(frame) or any(c not in frame for c in columns):
+        return pd.Series(dtype=float)
+    s = frame.set_index("round")[columns].astype(float).fillna(0.0).sum(axis=1)
+    return s.groupby(level=0).sum().sort_index().cumsum()
+
+
+def cost_plot(groups: Groups, out: Path) -> Plot | None:
+    """``cost.png``: the main metric (:func:`main_metric`) at each evaluated round against the
+    training bytes communicated so far (down + up, MB) and against the wall-clock seconds so far;
+    one line per method, both coordinates the mean over seeds. None when no run evaluated a
+    round."""
+    view, metric = main_metric(groups)
+    sty = styles(groups)
+    lines: dict[str, dict[str, pd.DataFrame]] = {"mb": {}, "s": {}}
+    used: dict[str, str] = {}
+    for method, runs in groups.items():
+        v = view if any((r.metrics["view"] == view).any() for r in runs) else next(
+            (x for x in views_of({method: runs}) if x not in NAIVE), None)
+        if v is None:
+            continue
+        for key, of in (("mb", lambda r: _cumulative(r, ["bytes_down", "bytes_up"], r.rounds) / 1e6),
+                        ("s", lambda r: _cumulative(r, ["wall_s"], r.timing))):
+            per_seed = []
+            for r in runs:
+                y = _weighted_series(r, v, metric).dropna()
+                x = of(r).reindex(y.index)
+                if 0 in y.index and pd.isna(x.get(0)):  # evaluated before any training round
+                    x.loc[0] = 0.0
+                ok = x.notna()
+                if ok.any():
+                    per_seed.append(pd.DataFrame({"x": x[ok], "y": y[ok]}))
+            if per_seed:
+                table = pd.concat(per_seed, keys=range(len(per_seed)), names=["seed", "round"])
+                lines[key][method] = table.groupby(level="round").agg(
+                    x=("x", "mean"), y=("y", "mean"), lo=("y", "min"), hi=("y", "max"))
+                used[method] = v
+    if not lines["mb"] and not lines["s"]:
+        return None
+    fig = _new_figure(9.6, 4.0)
+    axes = fig.subplots(1, 2, squeeze=False)[0]
+    factor = scale(metric)
+    values = [v for d in lines.values() for t in d.values() for v in (*t["lo"], *t["hi"])]
+    lo, hi, how = axis_range(metric, values)
+    several_views = len(set(used.values())) > 1
+    for ax, (key, xlabel) in zip(axes, (("mb", "training MB communicated so far (down + up)"),
+                                        ("s", "wall-clock seconds so far")), strict=True):
+        for method, t in lines[key].items():
+            label = f"{method} ({used[method]})" if several_views else method
+            ax.plot(t["x"], factor * t["y"], color=sty[method]["color"], marker=sty[method]["marker"],
+                    markersize=sty[method]["size"], lw=1.6, label=label)
+            if (t["hi"] > t["lo"]).any():
+                ax.fill_between(t["x"], factor * t["lo"], factor * t["hi"], color=sty[method]["color"],
+                                alpha=0.15, lw=0)
+        set_range(ax, lo, hi)
+        right = max([float(t["x"].max()) for t in lines[key].values()] or [1.0]) or 1.0
+        ax.set_xlim(-0.03 * right, 1.05 * right)
+        ax.set(xlabel=xlabel, ylabel=axis_label(metric))
+        ax.grid(alpha=0.3)
+        _thin_markers(ax)
+    axes[0].set_title(f"{NAMES.get(metric, metric)} vs communication", fontsize=10)
+    axes[1].set_title(f"{NAMES.get(metric, metric)} vs time", fontsize=10)
+    _legend(fig, axes[0], groups)
+    _save(fig, out, "cost.png")
+    views_text = (", ".join(f"{m}: {v}" for m, v in used.items()) if several_views else f"{view} view")
+    spread = ("mean over seeds of both coordinates, band: min..max over seeds of the metric"
+              if multi_seed(groups) else "one seed per method")
+    zero = [m for m, t in lines["mb"].items() if float(t["x"].max()) == 0.0]
+    caption = (f"{NAMES.get(metric, metric)} ({views_text}, test split, {weighted(flat(groups))}) at each "
+               "evaluated round against the cumulative training traffic of rounds.csv (bytes_down + bytes_up, "
+               "in MB = 10^6 bytes; evaluation traffic left out) and against the cumulative wall-clock seconds of "
+               f"timing.csv (training and evaluation); {spread} ({seeds_text(groups)}). "
+               + (f"{', '.join(zero)} sent no training bytes: at 0 MB. " if zero else "")
+               + f"y axis {how}.")
+    return Plot("cost.png", "federated cost", caption, "cost")
+
+
+# ---- training -----------------------------------------------------------------------------------
 def _round_series(run: Run, column: str, cumulative: bool = False) -> pd.Series:
     if column not in run.rounds:
         return pd.Series(dtype=float, name=str(run.seed))
@@ -293,6 +553,10 @@ def _round_series(run: Run, column: str, cumulative: bool = False) -> pd.Series:
 def _across_seeds(groups: Groups) -> str:
     return ("Line: mean over seeds; shaded band: min..max over seeds "
             f"({seeds_text(groups)})" if multi_seed(groups) else f"Runs: {seeds_text(groups)}")
+
+
+def _rounds_drawn(ax) -> list[float]:
+    return [float(x) for line in ax.get_lines() for x in line.get_xdata()]
 
 
 def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
@@ -314,7 +578,8 @@ def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
     ax.set(xlabel="round", ylabel="cumulative MB", title=f"bytes {way}: {direction}")
     ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    round_axis(ax, _rounds_drawn(ax))
+    show_zero(ax)
     _thin_markers(ax)
     _legend(fig, ax, groups, always=has_eval)
     file = f"bytes_{way}.png"
@@ -326,8 +591,8 @@ def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
     if has_eval:
         caption += (f"; dashed: eval_bytes_{way}, the evaluation traffic of evaluated rounds "
                     "(see bytes_notes in summary.json)")
-    return Plot(file, f"bytes {way}", f"{caption}. {_across_seeds(groups)}.", "training",
-                "communication")
+    return Plot(file, f"bytes {way}", f"{caption}; y axis from just below 0. {_across_seeds(groups)}.",
+                "training", "communication")
 
 
 def _line_plot(groups: Groups, out: Path, file: str, series: dict[str, list[pd.Series]],
@@ -346,7 +611,9 @@ def _line_plot(groups: Groups, out: Path, file: str, series: dict[str, list[pd.S
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    round_axis(ax, _rounds_drawn(ax))
+    if drawn:
+        show_zero(ax)
     _thin_markers(ax)
     _legend(fig, ax, groups)
     _save(fig, out, file)
@@ -370,10 +637,3 @@ def timing_plot(groups: Groups, out: Path) -> Plot:
     caption = ("wall_s from timing.csv: seconds per round, training plus evaluation when the round "
                f"was evaluated. {_across_seeds(groups)}.")
     return Plot("wall_time.png", "wall-clock time", caption, "training", "training")
-
-
-def all_plots(groups: Groups, out: Path) -> list[Plot]:
-    """Every figure of the report, written to ``out``."""
-    return [*curve_plots(groups, out), *client_plots(groups, out),
-            bytes_plot(groups, out, "up"), bytes_plot(groups, out, "down"),
-            loss_plot(groups, out), timing_plot(groups, out)]

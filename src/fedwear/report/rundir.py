@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +27,12 @@ REQUIRED = {
     "timing.csv": ["round", "wall_s"],
 }
 RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json")
+#: The pooled confusion counts of a classification run (``fedwear.callbacks.CONFUSION_FILE``;
+#: run folders made before fedwear recorded it have none).
+CONFUSION = "confusion.csv"
+CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
+#: run.log's data line: ``data: <name>, <rate> Hz, window <w>, <Q> classes (<a>, <b>, ...); ...``
+DATA_LINE = re.compile(r" INFO data: .*?, window \d+, (\d+) classes \((.*)\); \d+ training clients")
 #: Numeric columns of metrics.csv that count windows, not metrics (``n`` is an id column).
 COUNTS = ("n_train",)
 #: Text columns of the CSV files; every other column is a number.
@@ -111,6 +118,35 @@ class Run:
     def client_weights(self) -> str:
         """``evaluation.client_weights`` of the run (test windows for runs that predate it)."""
         return str((self.config.get("evaluation") or {}).get("client_weights", "test"))
+
+    @cached_property
+    def confusion(self) -> pd.DataFrame | None:
+        """confusion.csv (round, view, split, true, pred, count: the windows of class ``true``
+        predicted as ``pred``, summed over the clients), None when the run folder has none (made
+        before fedwear recorded it, or a regression run); an unfinished run's up to the last
+        round of rounds.csv."""
+        path = self.path / CONFUSION
+        if not path.is_file():
+            return None
+        frame = _read_csv(path, CONFUSION_COLUMNS)
+        if self.unfinished:
+            last = self.rounds["round"].max() if len(self.rounds) else -1
+            frame = frame[frame["round"] <= last]
+        return frame.astype({"view": str, "split": str})
+
+    @cached_property
+    def class_names(self) -> list[str] | None:
+        """The class names in index order, from run.log's data line (None when run.log is missing
+        or does not name them unambiguously)."""
+        try:
+            text = (self.path / "run.log").read_text(errors="replace")
+        except OSError:
+            return None
+        found = DATA_LINE.search(text)
+        if not found:
+            return None
+        names = found.group(2).split(", ")
+        return names if len(names) == int(found.group(1)) else None
 
     @cached_property
     def aggregated(self) -> pd.DataFrame:
@@ -204,14 +240,28 @@ def _provisional_summary(path: Path, metrics: pd.DataFrame, rounds: pd.DataFrame
 
 
 def load_comparison(path: Path, subdirs: list[Path]) -> Comparison:
-    """Read every run folder of a comparison and group the runs by :attr:`Run.name`."""
+    """Read every run folder of a comparison and group the runs by :attr:`Run.name`: in the order
+    of ``fedwear compare``'s ``--methods`` (the rows of its table.csv) when the folder has that
+    table, else in folder order, seeds sorted."""
     cmp = Comparison(path)
     for sub in subdirs:
         run = load_run(sub)
         cmp.runs.setdefault(run.name, []).append(run)
     for runs in cmp.runs.values():
         runs.sort(key=_seed_order)
+    order = _table_order(path / "table.csv")
+    ranked = sorted(cmp.runs, key=lambda m: (order.index(m) if m in order else len(order)))
+    cmp.runs = {m: cmp.runs[m] for m in ranked}
     return cmp
+
+
+def _table_order(table: Path) -> list[str]:
+    """The methods of a comparison's table.csv in row order ([] without a readable one)."""
+    try:
+        frame = pd.read_csv(table)
+    except (OSError, ValueError, pd.errors.ParserError, UnicodeDecodeError):
+        return []
+    return list(dict.fromkeys(str(m) for m in frame["method"])) if "method" in frame else []
 
 
 def _seed_order(run: Run) -> tuple[int, int, str]:

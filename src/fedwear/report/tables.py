@@ -92,8 +92,9 @@ def _named(missing: dict[str, list[str]], rounds: dict[str, int] | None = None) 
 def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig,
                      tests: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Markdown table and a long-form frame. Each cell is, over seeds, the mean ± population std
-    (ddof=0) of the per-seed sample-weighted means over clients (test split), classification in
-    %, regression as :data:`~fedwear.report.units.REGRESSION_NOTE` says. ``tests``
+    (ddof=0) of the per-seed sample-weighted means over clients (test split), or the value and
+    ``(n = 1 seed)`` when only one seed has one, classification in %, regression as
+    :data:`~fedwear.report.units.REGRESSION_NOTE` says. ``tests``
     (``reproduce.claims.tests_against``) adds each method's paired test against a reference."""
     views = ordered_views(v for runs in summaries.values() for s in runs for v in s[select])
     metrics = task_metrics([vals for runs in summaries.values() for s in runs for vals in s[select].values()])
@@ -111,7 +112,10 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
                     cells.append("n/a")
                     continue
                 mean, std = factor * vals.mean(), factor * vals.std()
-                cells.append(f"{mean:.2f} ± {std:.2f}" if factor == 100.0 else f"{mean:.4g} ± {std:.3g}")
+                shown = f"{mean:.2f}" if factor == 100.0 else f"{mean:.4g}"
+                # one value has no spread to show: "± 0.00" would read as zero variance
+                cells.append(f"{shown} (n = 1 seed)" if len(vals) == 1 else
+                             f"{shown} ± {std:.2f}" if factor == 100.0 else f"{shown} ± {std:.3g}")
                 records.append({"method": method, "view": v, "metric": m, "mean": mean, "std": std, "seeds": len(vals)})
         if tests:
             t = tests["rows"].get(method)
@@ -129,7 +133,7 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
         f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
         f"{select} round, test split; per seed the {over_clients(cfg.evaluation.client_weights)}, "
         "then mean ± population std (ddof=0) of those per-seed means "
-        f"over seeds {seeds}; "
+        f"over seeds {seeds} (a single seed's value: n = 1 seed); "
         + (f"in %; AUC={cfg.evaluation.auc}" if factor == 100.0 else REGRESSION_NOTE)
     )
     if tests:

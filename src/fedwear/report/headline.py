@@ -1,0 +1,185 @@
+"""The headline figure of a report: every method on every view in the main metric, the mean over
+seeds with each seed shown, the reference method marked, and the paper's number beside a method
+where the comparison belongs to a registered paper table.
+
+Which paper table a folder belongs to is decided above this layer (``fedwear report``'s command,
+``fedwear.cli.report.paper_numbers``, which reads ``fedwear.reproduce``); it arrives here as
+:class:`PaperNumbers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from fedwear.evaluation.naive import NAIVE
+from fedwear.report.plots import (
+    Groups,
+    Plot,
+    _new_figure,
+    _save,
+    axis_range,
+    colors,
+    flat,
+    main_metric,
+    n_seeds,
+    same_model_views,
+    same_text,
+    seeds_n,
+    seeds_text,
+    set_range,
+    views_of,
+    weighted,
+)
+from fedwear.report.units import NAMES, axis_label, fmt, scale
+
+
+@dataclass
+class PaperNumbers:
+    """Published numbers to draw beside ours.
+
+    ``values[name][(view, metric)]`` is the paper's value for the method or variant ``name`` (a
+    comparison's group, ``Run.name``), in metrics.csv's units (classification as a fraction,
+    errors in bpm); ``sources[name]`` says where that name's numbers come from (paper, table,
+    what the numbers are); ``source`` how the folder was matched to the table(s); ``none`` why
+    there are none (then ``values`` is empty)."""
+
+    values: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    source: str = ""
+    none: str = ""
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+NO_PAPER = PaperNumbers(none="no registered paper table is known for this folder")
+
+
+def reference_of(groups: Groups, reference: str | None) -> str:
+    """The reference method: ``reference`` when given (it must be one of the groups), else the
+    first method of the comparison."""
+    if reference is not None:
+        return reference
+    return next(iter(groups))
+
+
+def _values(runs: list, view: str, metric: str) -> np.ndarray:
+    vals = [((r.summary.get("final") or {}).get(view) or {}).get(metric) for r in runs]
+    v = np.array([np.nan if x is None else x for x in vals], float)
+    return v[~np.isnan(v)]
+
+
+def headline_plot(groups: Groups, out: Path, reference: str | None = None,
+                  paper: PaperNumbers | None = None) -> Plot | None:
+    """``headline.png``: per view (x groups) one bar per method, the mean over seeds of each
+    seed's final-round weighted mean over clients (test split) in the main metric
+    (:func:`~fedwear.report.plots.main_metric`), each seed a dot, a min..max whisker; the
+    reference method hatched, its value a dashed line across each view; the paper's number a
+    black line across the method's bar with a star at its right end. y: 0-100 % for a metric in
+    %, else from 0. None when no run evaluated a round."""
+    paper = paper or NO_PAPER
+    _, metric = main_metric(groups)
+    views = [v for v in views_of(groups) if any(len(_values(rs, v, metric)) for rs in groups.values())]
+    if not views:
+        return None
+    ref = reference_of(groups, reference)
+    col = colors(groups)
+    methods = list(groups)
+    # per view, the methods with a value or a paper number there, centred in the view's slot
+    present = {v: [m for m in methods if len(_values(groups[m], v, metric))
+                   or (v, metric) in paper.values.get(m, {})] for v in views}
+    k = max(len(p) for p in present.values())
+    factor = scale(metric)
+    width = 0.8 / k
+    fig = _new_figure(min(18.0, max(5.5, 1.4 + len(views) * (0.5 + 0.42 * k))), 4.4)
+    ax = fig.add_subplot()
+    drawn_values, stars, bars = [], False, 0
+    for g, view in enumerate(views):
+        here = present[view]
+        for i, method in enumerate(here):
+            vals = _values(groups[method], view, metric)
+            x = g + (i - (len(here) - 1) / 2) * width
+            want = paper.values.get(method, {}).get((view, metric))
+            if want is not None:  # a line across the bar at the paper's value, a star at its right end
+                half = width * 0.46
+                ax.hlines(factor * want, x - half, x + half, colors="black", lw=1.6, zorder=5)
+                ax.plot([x + half], [factor * want], marker="*", color="black", markersize=11, ls="none", zorder=5)
+                drawn_values.append(want)
+                stars = True
+            if not len(vals):
+                continue
+            mean = float(vals.mean())
+            is_ref = method == ref
+            ax.bar(x, factor * mean, width=width * 0.92, color=col[method], alpha=0.85,
+                   hatch="//" if is_ref else None, edgecolor="black" if is_ref else col[method],
+                   lw=1.3 if is_ref else 0.5, zorder=2)
+            bars += 1
+            if len(vals) > 1:
+                ax.vlines(x, factor * vals.min(), factor * vals.max(), color="black", lw=1.1, zorder=3)
+            ax.scatter(np.full(len(vals), x), factor * vals, s=12, color="white", edgecolor="black",
+                       lw=0.7, zorder=4)
+            drawn_values += list(vals)
+            if is_ref:
+                ax.hlines(factor * mean, g - 0.45, g + 0.45, colors="black", linestyles="--", lw=0.9, zorder=1)
+        if g < len(views) - 1:
+            ax.axvline(g + 0.5, color="#dddddd", lw=0.8, zorder=0)
+    lo, hi, how = axis_range(metric, drawn_values, bars=True)
+    if factor != 100.0:
+        hi *= 1.12  # room for the value labels
+    set_range(ax, lo, hi)
+    for g, view in enumerate(views):  # each bar's mean: inside at its foot, above a short bar
+        here = present[view]
+        for i, method in enumerate(here):
+            vals = _values(groups[method], view, metric)
+            if not len(vals) or bars > 32:
+                continue
+            x, mean = g + (i - (len(here) - 1) / 2) * width, factor * float(vals.mean())
+            tall = mean - lo >= 0.22 * (hi - lo)
+            y = lo + 0.015 * (hi - lo) if tall else factor * float(vals.max()) + 0.01 * (hi - lo)
+            ax.text(x, y, fmt(metric, float(vals.mean())), rotation=90, ha="center", va="bottom", fontsize=7,
+                    color="white" if tall else "black", fontweight="bold" if tall else "normal", zorder=6)
+    ax.set_xticks(range(len(views)), views, fontsize=9)
+    ax.set_xlim(-0.5, len(views) - 0.5)
+    ax.set_ylabel(axis_label(metric))
+    ax.grid(axis="y", alpha=0.3, zorder=0)
+    counts = {m: len(rs) for m, rs in groups.items()}
+    same_n = len(set(counts.values())) == 1
+    ax.set_title(f"{NAMES.get(metric, metric)}, final round, test split; {seeds_n(groups)}", fontsize=10)
+    handles = [Patch(facecolor=col[m], edgecolor="black" if m == ref else col[m],
+                     hatch="//" if m == ref else None) for m in methods]
+    labels = [m + (" (reference)" if m == ref else "") + ("" if same_n else f", n = {n_seeds(counts[m])}")
+              for m in methods]
+    handles.append(Line2D([], [], marker="o", color="black", markerfacecolor="white", ls="none"))
+    labels.append("one seed" if counts[ref] == 1 and same_n else "each seed")
+    if stars:
+        handles.append(Line2D([], [], marker="*", color="black", markersize=10, ls="none"))
+        labels.append("paper's number")
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), frameon=False, fontsize=8.5)
+    _save(fig, out, "headline.png")
+    same = same_text({m: {b: a for b, a in same_model_views(rs).items() if b in views}
+                      for m, rs in groups.items()})
+    naive = [v for v in views if v in NAIVE]
+    spread = ("bar: the mean over seeds; dots: each seed; whisker: min..max over seeds"
+              if any(n > 1 for n in counts.values()) else "bar: the one seed's value (no spread: n = 1 seed)")
+    if paper.values:
+        drawn = [m for m in methods if any((v, metric) in paper.values.get(m, {}) for v in views)]
+        by_source: dict[str, list[str]] = {}
+        for m in drawn:
+            by_source.setdefault(paper.sources.get(m, "the paper"), []).append(m)
+        paper_text = ("Black line with a star at its right end: the paper's number, "
+                      + "; ".join(f"{', '.join(ms)}: {src}" for src, ms in by_source.items())
+                      + f" ({paper.source})." if drawn else
+                      f"No paper number in {NAMES.get(metric, metric)} for these methods and views ({paper.source}).")
+    else:
+        paper_text = f"No paper number: {paper.none}."
+    caption = (f"{NAMES.get(metric, metric)} at each seed's final round (its last evaluated round), test split, "
+               f"per seed the {weighted(flat(groups))}; {spread}; {seeds_n(groups)} ({seeds_text(groups)}). "
+               f"Reference: {ref} (hatched; dashed line: its value across each view). "
+               + (f"Views that are the same model (identical values in every round and client): {same}. "
+                  if same else "")
+               + (f"{', '.join(naive)}: the naive forecasts beside each method. " if naive else "")
+               + f"{paper_text} y axis {how if factor == 100.0 else how + ', with room for the labels'}; "
+               "the number on each bar is its mean.")
+    return Plot("headline.png", "headline", caption, "headline")
