@@ -57,6 +57,14 @@ class PaperNumbers:
 NO_PAPER = PaperNumbers(none="no registered paper table is known for this folder")
 
 
+
+def _dark(color) -> bool:
+    """Whether white text reads on ``color`` (relative luminance below 0.5)."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5
+
 def reference_of(groups: Groups, reference: str | None) -> str:
     """The reference method: ``reference`` when given (it must be one of the groups), else the
     first method of the comparison."""
@@ -139,14 +147,17 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
             tall = mean - lo >= 0.22 * (hi - lo)
             y = lo + 0.015 * (hi - lo) if tall else factor * float(vals.max()) + 0.01 * (hi - lo)
             ax.text(x, y, fmt(metric, float(vals.mean())), rotation=90, ha="center", va="bottom", fontsize=7,
-                    color="white" if tall else "black", fontweight="bold" if tall else "normal", zorder=6)
+                    color="white" if tall and _dark(col[method]) else "black", fontweight="bold" if tall else "normal",
+                    zorder=6)
     ax.set_xticks(range(len(views)), views, fontsize=9)
     ax.set_xlim(-0.5, len(views) - 0.5)
     ax.set_ylabel(axis_label(metric))
     ax.grid(axis="y", alpha=0.3, zorder=0)
     counts = {m: len(rs) for m, rs in groups.items()}
     same_n = len(set(counts.values())) == 1
-    ax.set_title(f"{NAMES.get(metric, metric)}, final round, test split; {seeds_n(groups)}", fontsize=10)
+    # the seeds per method are in the legend when they differ: a title listing them all is cut off
+    title = f"{NAMES.get(metric, metric)}, final round, test split"
+    ax.set_title(f"{title}; {seeds_n(groups)}" if same_n else title, fontsize=10)
     handles = [Patch(facecolor=col[m], edgecolor="black" if m == ref else col[m],
                      hatch="//" if m == ref else None) for m in methods]
     labels = [m + (" (reference)" if m == ref else "") + ("" if same_n else f", n = {n_seeds(counts[m])}")
@@ -182,4 +193,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
                + (f"{', '.join(naive)}: the naive forecasts beside each method. " if naive else "")
                + f"{paper_text} y axis {how if factor == 100.0 else how + ', with room for the labels'}; "
                "the number on each bar is its mean.")
+    unfinished = [run.label for run in flat(groups) if run.unfinished]
+    if unfinished:
+        caption += f" Read as far as they got (no summary.json yet): {'; '.join(unfinished)}."
     return Plot("headline.png", "headline", caption, "headline")

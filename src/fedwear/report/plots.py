@@ -73,16 +73,27 @@ class Plot:
     row: str = ""
 
 
+def _palette(n: int) -> list:
+    """matplotlib's tab10 colours, or tab20's for more than 10 methods (no two methods share one)."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [f"C{i}" for i in range(10)]
+    return [colormaps["tab20"](i) for i in range(20)]
+
+
 def colors(groups: Groups) -> dict[str, str]:
-    """A fixed colour per method (matplotlib's tab10 cycle, in group order)."""
-    return {m: f"C{i % 10}" for i, m in enumerate(groups)}
+    """A fixed colour per method (tab10, tab20 above 10 methods; in group order)."""
+    palette = _palette(len(groups))
+    return {m: palette[i % len(palette)] for i, m in enumerate(groups)}
 
 
 def styles(groups: Groups) -> dict[str, dict]:
     """Colour and marker per method; earlier methods get larger markers, so the points of
     lines that coincide still show each method."""
     marks, n = "osD^vP<>Xp", len(groups)
-    return {m: {"color": f"C{i % 10}", "marker": marks[i % 10],
+    palette = _palette(n)
+    return {m: {"color": palette[i % len(palette)], "marker": marks[i % 10],
                 "size": 4 + min(2 * (n - 1 - i), 5)} for i, m in enumerate(groups)}
 
 
