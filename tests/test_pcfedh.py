@@ -4,6 +4,7 @@ series."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -180,3 +181,57 @@ def test_a_run_that_evaluates_is_not_warned(tmp_path: Path, caplog: pytest.LogCa
         fedwear.run(cfg, tmp_path / "r", quiet=True)
     assert not [r for r in caplog.records if "ends before" in r.getMessage()]
     assert (pd.read_csv(tmp_path / "r" / "metrics.csv")["round"] == 3).any()
+
+
+def test_the_clustering_phase_shows_its_progress_and_estimate_from_its_first_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bar and run.log speak during module 1, long before its first round ends: the phase, each
+    client's steps, and how long the round and the phase will take, from the first steps."""
+    from fedwear.callbacks import Progress, RunLog
+    from fedwear.engines.runner import Callback
+
+    monkeypatch.setattr(RunLog, "ESTIMATE_MIN_S", 0.0)
+    monkeypatch.setattr(Progress, "SHOW_ESTIMATE_S", 0.0)
+    seen: list[str] = []
+
+    class FirstSteps(Callback):  # run.log and the bars when round 1's first client is at its 5th step
+        def on_step(self, runner, round, client, step, planned):
+            if round == 1 and step == RunLog.STEPS_TO_ESTIMATE and not seen:
+                bar = next(cb for cb in runner.callbacks if isinstance(cb, Progress))
+                tasks = {t.id: t for t in bar.bar.tasks}
+                seen.append((tmp_path / "r" / "run.log").read_text())
+                seen.append(tasks[bar.task].description)
+                seen.append(tasks[bar.clients].fields["acc"])
+
+    cfg = tiny_regression_config(**{"method": "pcfedh", "rounds": 4, "method_options.pcfedh": {**OPTIONS, "pcl_rounds": 2}})
+    fedwear.run(cfg, tmp_path / "r", quiet=False, callbacks=[FirstSteps()])
+    log, title, under = seen
+    assert "phases: clustering (module 1): rounds 1-2; categorisation: round 3; soft clustering (module 2): round 4" in log
+    line = next(ln for ln in log.splitlines() if "estimated from its first measurements" in ln)
+    assert "round 1/4 (clustering (module 1), rounds 1-2)" in line and "after 5 of client" in line
+    assert "for this round, ~" in line and line.endswith("for the phase")
+    assert title == "pcfedh on synthetic_hr: clustering (module 1)"
+    assert re.fullmatch(r"\S+: step \d+/\d+ \| round ~[\d.]+ (s|min|h) left, clustering \(module 1\) ~[\d.]+ (s|min|h) left", under), under
+
+
+def test_phase_clock_estimates_from_the_steps_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedwear.callbacks import PhaseClock
+    from fedwear.methods.api import Phase
+
+    now = [0.0]
+    monkeypatch.setattr("fedwear.callbacks.time.perf_counter", lambda: now[0])
+    clock = PhaseClock([Phase("a", 1, 3), Phase("b", 4, 9)])
+    clock.round_start(1, ["c1", "c2", "c3", "c4"])
+    assert clock.round_left() is None  # nothing measured yet
+    now[0] = 5.0
+    clock.step_taken(5, 10)  # 1 s a step: 5 more for c1, 10 for each of the 3 others
+    assert clock.round_left() == 35.0 and clock.phase_left() == 35.0 + 2 * 40.0
+    now[0] = 12.0
+    clock.reply()  # c1 took 12 s: the others at that pace
+    assert clock.round_left() == 36.0
+    clock.round_end(1, 48.0)
+    clock.round_start(2, ["c1"])
+    now[0] = 14.0
+    clock.step_taken(1, 4)  # 2 s a step, 3 more; round 3 at the median of finished rounds (48 s)
+    assert clock.round_left() == 6.0 and clock.phase_left() == 6.0 + 48.0
+    assert clock.phase(4).name == "b" and clock.phase(99).name == "b"

@@ -45,8 +45,9 @@ class Steps(Callback):
         self.steps: dict[str, int] = {}
         self.checked: list[tuple[str, int, int]] = []
 
-    def on_step(self, runner, round, client):
+    def on_step(self, runner, round, client, step, planned):
         self.steps[client] = self.steps.get(client, 0) + 1
+        assert step == self.steps[client] <= planned  # one training loop per FedAvg fit
 
     def on_reply(self, runner, round, client):
         n = len(runner.executor.trainers[client].data.train)

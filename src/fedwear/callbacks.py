@@ -21,7 +21,7 @@ from fedwear.engines import recordio
 from fedwear.engines.runner import Callback, RoundInfo, Runner
 from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, rows_summary
-from fedwear.methods.api import Record
+from fedwear.methods.api import Phase, Record
 from fedwear.version import library_versions
 
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
@@ -176,6 +176,69 @@ def load_checkpoint(path: Path) -> dict:
     return ckpt
 
 
+def duration(seconds: float) -> str:
+    """``42 s``, ``8.6 min`` or ``2.4 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+class PhaseClock:
+    """How long the round under way and the rest of its phase (:meth:`Method.phases`) will take,
+    from what has been measured so far: the current client's steps at its own pace
+    (``Callback.on_step``), the other clients of the round at the pace of those done (or of the
+    current one), and each later round of the phase at the median of the phase's finished rounds
+    (or as long as this one, before any finished)."""
+
+    def __init__(self, phases: list[Phase]) -> None:
+        self.phases = phases
+        self.walls: dict[str, list[float]] = {}
+        self.round = 0
+
+    def phase(self, round: int) -> Phase:
+        return next((p for p in self.phases if p.first <= round <= p.last), self.phases[-1])
+
+    def round_start(self, round: int, clients: list[str]) -> None:
+        self.round, self.clients, self.done = round, max(len(clients), 1), 0
+        self.t0 = self.client_t0 = time.perf_counter()
+        self.step = self.planned = 0
+
+    def step_taken(self, step: int, planned: int) -> None:
+        self.step, self.planned = step, planned
+
+    def reply(self) -> None:
+        self.done += 1
+        self.client_t0 = time.perf_counter()
+        self.step = self.planned = 0
+
+    def round_end(self, round: int, wall_s: float) -> None:
+        self.walls.setdefault(self.phase(round).name, []).append(wall_s)
+
+    def round_left(self) -> float | None:
+        """Seconds left in the round under way; None before anything in it was measured."""
+        now = time.perf_counter()
+        on_current = now - self.client_t0
+        if self.step:
+            current_left = on_current / self.step * max(self.planned - self.step, 0)
+            per_client = (self.client_t0 - self.t0) / self.done if self.done else on_current + current_left
+        elif self.done:
+            per_client = (self.client_t0 - self.t0) / self.done
+            current_left = max(per_client - on_current, 0.0)
+        else:
+            return None
+        return current_left + per_client * max(self.clients - self.done - 1, 0)
+
+    def phase_left(self) -> float | None:
+        """Seconds left in the phase of the round under way (this round included)."""
+        left = self.round_left()
+        if left is None:
+            return None
+        phase = self.phase(self.round)
+        finished = self.walls.get(phase.name)
+        per_round = float(np.median(finished)) if finished else time.perf_counter() - self.t0 + left
+        return left + per_round * (phase.last - self.round)
+
+
 class RunLog(Callback):
     """The run's story in run.log (INFO): start, every round's clients, loss and time, the
     headline metrics of each evaluated round, failed rounds, the end."""
@@ -185,21 +248,54 @@ class RunLog(Callback):
         where = "start" if runner.start_round == 1 else f"resume after round {runner.start_round - 1}"
         log.info("%s: method=%s dataset=%s engine=%s rounds=%d seed=%d config_hash=%s", where, cfg.method,
                  cfg.dataset.name, cfg.engine, cfg.rounds, cfg.seed, cfg.hash())
+        self.clock = PhaseClock(runner.method.phases(cfg.rounds))
+        self.estimated: set[str] = set()  # phases whose first estimate is logged
+        phases = self.clock.phases
+        if len(phases) > 1:
+            log.info("phases: %s", "; ".join(f"{p.name}: round{'s' if p.last > p.first else ''} "
+                                             f"{p.first}{f'-{p.last}' if p.last > p.first else ''}" for p in phases))
 
     #: A round still under way after this many seconds logs each client's reply as it arrives.
     SLOW_ROUND_S = 60.0
+    #: Steps of a phase's first client measured before the phase's first estimate is logged.
+    STEPS_TO_ESTIMATE = 5
+    #: A phase estimated to take less than this logs no estimate.
+    ESTIMATE_MIN_S = 60.0
 
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
         self.round_start, self.replied, self.expected = time.perf_counter(), 0, len(clients)
+        self.clock.round_start(round, clients)
+
+    def on_step(self, runner: Runner, round: int, client: str, step: int, planned: int) -> None:
+        self.clock.step_taken(step, planned)
+        if step >= min(self.STEPS_TO_ESTIMATE, planned):
+            self._estimate(runner, round, f"after {step} of client {client}'s {planned} steps")
+
+    def _estimate(self, runner: Runner, round: int, basis: str) -> None:
+        """Once per phase: how long its first round and the whole phase will take."""
+        phase = self.clock.phase(round)
+        if phase.name in self.estimated or (left := self.clock.phase_left()) is None:
+            return
+        self.estimated.add(phase.name)  # decided at its first measurement: a short phase logs nothing
+        if left < self.ESTIMATE_MIN_S:
+            return
+        spent = time.perf_counter() - self.round_start
+        log.info("round %d/%d (%s, rounds %d-%d): estimated from its first measurements (%s): ~%s for this "
+                 "round, ~%s for the phase", round, runner.cfg.rounds, phase.name, phase.first, phase.last, basis,
+                 duration(spent + (self.clock.round_left() or 0.0)), duration(left))
 
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
         self.replied += 1
+        self.clock.reply()
+        self._estimate(runner, round, f"client {client}'s round")
         elapsed = time.perf_counter() - self.round_start
         if elapsed >= self.SLOW_ROUND_S:
             log.info("round %d/%d: client %s done, %d of %d, %.0f s into the round", round, runner.cfg.rounds,
                      client, self.replied, self.expected, elapsed)
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
+        if info.round >= 1:
+            self.clock.round_end(info.round, info.wall_s)
         loss = "no training loss" if math.isnan(info.train_loss) else f"train loss {info.train_loss:.4f}"
         log.info("round %d/%d: %d clients, %s, %d B down, %d B up, %.2f s%s", info.round, runner.cfg.rounds,
                  len(info.clients), loss, info.bytes_down, info.bytes_up, info.wall_s,
@@ -306,19 +402,38 @@ class Progress(Callback):
                                       acc="")
         self.clients = self.bar.add_task("", total=1, visible=False, acc="")
         self.headline = ""  # the last evaluated round's metric, kept between rounds
+        self.clock = PhaseClock(runner.method.phases(runner.cfg.rounds))
 
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
-        self.steps = 0
+        self.clock.round_start(round, clients)
+        if len(self.clock.phases) > 1:
+            phase = self.clock.phase(round)
+            self.bar.update(self.task, description=f"{self.label}: {phase.name}")
         self.bar.reset(self.clients, total=max(len(clients), 1), description=f"  round {round}: clients",
                        visible=True)
 
-    def on_step(self, runner: Runner, round: int, client: str) -> None:
-        self.steps += 1
-        self.bar.update(self.clients, acc=f"{client}: step {self.steps}")
+    #: Rounds estimated shorter than this show no estimate under the bar.
+    SHOW_ESTIMATE_S = 20.0
+
+    def _left(self) -> str:
+        """``round ~8.6 min left, clustering (module 1) ~1.4 h left`` for long rounds, else ''."""
+        left, phase_left = self.clock.round_left(), self.clock.phase_left()
+        if left is None or phase_left is None or time.perf_counter() - self.clock.t0 + left < self.SHOW_ESTIMATE_S:
+            return ""
+        phase = self.clock.phase(self.clock.round)
+        text = f"round ~{duration(left)} left"
+        if phase.last > self.clock.round:
+            text += f", {phase.name} ~{duration(phase_left)} left"
+        return text
+
+    def on_step(self, runner: Runner, round: int, client: str, step: int, planned: int) -> None:
+        self.clock.step_taken(step, planned)
+        left = self._left()
+        self.bar.update(self.clients, acc=f"{client}: step {step}/{planned}" + (f" | {left}" if left else ""))
 
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
-        self.steps = 0
-        self.bar.update(self.clients, advance=1, acc="")
+        self.clock.reply()
+        self.bar.update(self.clients, advance=1, acc=self._left())
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         acc = self.headline
@@ -329,6 +444,8 @@ class Progress(Callback):
             metric = KIND_METRICS[runner.method.task.kind][0]
             s = rows_summary(rows, metric, runner.cfg.evaluation.client_weights)
             acc = self.headline = f"{view[:4]}. {metric[:3]} {s['weighted']:.3f}"
+        if info.round >= 1:
+            self.clock.round_end(info.round, info.wall_s)
         last = f"{info.wall_s:.1f} s/round"
         self.bar.update(self.task, completed=max(info.round, 0), acc=f"{last} | {acc}" if acc else last)
         self.bar.update(self.clients, visible=False)

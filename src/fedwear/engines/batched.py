@@ -17,7 +17,7 @@ from fedwear.methods.api import Record
 
 class BatchedExecutor(SimExecutor):
     def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
-            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
+            on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Record]:
         """``on_step`` is not called: the clients' steps are taken together."""
         ids = list(downs)
         if not ids:

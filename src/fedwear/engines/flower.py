@@ -319,7 +319,7 @@ class GridExecutor:
         return msgs, client_of
 
     def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
-            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
+            on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Record]:
         """``on_step`` is not called: the steps are taken in the ClientApps."""
         if self.cfg.flower.secagg.enabled:
             return self._secure_fit(round, downs)

@@ -35,9 +35,9 @@ class Executor(Protocol):
     ``restore``; ``checkpoint_saved()`` says that checkpoint is on disk."""
 
     def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
-            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
+            on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Record]:
         """The replies of ``downs``' clients; ``on_reply(client)`` as each one's arrives,
-        ``on_step(client)`` after each of its optimiser steps where the executor sees them."""
+        ``on_step(client, step, planned)`` after each of its optimiser steps where the executor sees them."""
     def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]: ...
     def client_states(self) -> dict: ...
     def checkpoint_saved(self) -> None: ...
@@ -69,8 +69,9 @@ class Callback:
     def on_start(self, runner: Runner) -> None: ...
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
         """A round's clients were chosen; their training starts."""
-    def on_step(self, runner: Runner, round: int, client: str) -> None:
-        """``client`` took an optimiser step in ``round`` (in-process engine ``sim`` only)."""
+    def on_step(self, runner: Runner, round: int, client: str, step: int, planned: int) -> None:
+        """``client`` took optimiser step ``step`` of the ``planned`` steps of its current training
+        loop in ``round`` (in-process engine ``sim`` only; a method may run several loops a fit)."""
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
         """``client``'s reply of ``round`` arrived (in-process: its training finished)."""
     def on_round(self, runner: Runner, info: RoundInfo) -> None: ...
@@ -293,9 +294,9 @@ class Runner:
             return f"{where}; no checkpoint ({why}), so nothing can be resumed: start again with --overwrite"
         return f"{where}; checkpoint of round {self.checkpointed}: continue with --resume"
 
-    def _step_taken(self, r: int, client: str) -> None:
+    def _step_taken(self, r: int, client: str, step: int, planned: int) -> None:
         for cb in self.callbacks:
-            cb.on_step(self, r, client)
+            cb.on_step(self, r, client, step, planned)
 
     def _reply_arrived(self, r: int, client: str) -> None:
         for cb in self.callbacks:

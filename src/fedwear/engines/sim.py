@@ -36,7 +36,7 @@ class SimExecutor:
         self.states: ClientStore = open_store(cfg.client_states, out)
 
     def fit(self, round: int, downs: dict[str, Record], on_reply: Callable[[str], None] | None = None,
-            on_step: Callable[[str], None] | None = None) -> dict[str, Record]:
+            on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Record]:
         replies = {}
         for cid, down in downs.items():
             hook = STEP_HOOK.set(functools.partial(on_step, cid) if on_step else None)

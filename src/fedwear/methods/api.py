@@ -61,6 +61,17 @@ class Personalized:
     keep: Record | None = None
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A named span of rounds (``first`` to ``last``, inclusive) that cost alike: the progress bar
+    estimates each phase from its own rounds (PCFedH's clustering rounds take minutes, its
+    soft-clustering rounds seconds)."""
+
+    name: str
+    first: int
+    last: int
+
+
 @dataclass
 class Record:
     """Named numpy arrays plus scalars. Bytes on the wire are the sum of the arrays' sizes."""
@@ -179,6 +190,10 @@ class Method:
     def aggregate(self, server: Record, replies: dict[str, Record], round: int, plan: Plan | None = None) -> Record:
         """The next server state from the accepted replies (``plan``: from ``select``, if any)."""
         raise NotImplementedError
+
+    def phases(self, rounds: int) -> list[Phase]:
+        """The run's phases, in round order, covering rounds 1..``rounds``. Default: one."""
+        return [Phase("training", 1, rounds)]
 
     def evaluation_due(self, round: int, every: int, last: int) -> bool:
         """Whether round ``round`` is evaluated (``evaluation.every``, ``rounds``). Default: every

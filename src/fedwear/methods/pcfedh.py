@@ -49,7 +49,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from fedwear.data.types import ClientData
 from fedwear.methods import clustering
-from fedwear.methods.api import Record, Task
+from fedwear.methods.api import Phase, Record, Task
 from fedwear.methods.contrastive import (
     hierarchical_contrastive_loss,
     overlapping_crops,
@@ -116,6 +116,13 @@ class PCFedH(SoftClustered):
         if round <= self.opt.pcl_rounds:
             return MODULE1
         return CATEGORISE if round == self.opt.pcl_rounds + 1 else SOFT
+
+    def phases(self, rounds: int) -> list[Phase]:
+        """Module 1's clustering rounds, the categorisation round, then module 2's rounds."""
+        r = self.opt.pcl_rounds
+        spans = [Phase("clustering (module 1)", 1, r), Phase("categorisation", r + 1, r + 1),
+                 Phase("soft clustering (module 2)", r + 2, rounds)]
+        return [Phase(p.name, p.first, min(p.last, rounds)) for p in spans if p.first <= rounds]
 
     def evaluation_due(self, round: int, every: int, last: int) -> bool:
         """Only soft-clustering rounds, counted from the first (the code: t = 99, 199, ...)."""

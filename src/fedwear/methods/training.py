@@ -110,9 +110,10 @@ class LocalOptimizer:
 
 
 Hook = Callable[[], None]
-#: Called after every optimiser step of :func:`train_epochs` run in this context: the in-process
-#: engines set it around a client's fit, for the progress bar (``Callback.on_step``).
-STEP_HOOK: ContextVar[Hook | None] = ContextVar("fedwear_step_hook", default=None)
+#: Called as ``hook(step, planned)`` after every optimiser step of :func:`train_epochs` run in this
+#: context (``step`` of ``planned`` steps of that call): the in-process engine sets it around a
+#: client's fit, for the progress bar and its estimates (``Callback.on_step``).
+STEP_HOOK: ContextVar[Callable[[int, int], None] | None] = ContextVar("fedwear_step_hook", default=None)
 
 
 def train_epochs(
@@ -145,6 +146,7 @@ def train_epochs(
     end = n - n % batch_size if drop_last else n  # the permutation is drawn in full either way
     total, steps = 0.0, 0
     step_hook = STEP_HOOK.get()
+    planned = epochs * -(-end // batch_size)
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         for start in range(0, end, batch_size):
@@ -162,7 +164,7 @@ def train_epochs(
             total += float(loss.detach())
             steps += 1
             if step_hook is not None:
-                step_hook()
+                step_hook(steps, planned)
         if after_epoch is not None:
             after_epoch()
     return total / steps if steps else float("nan")
