@@ -30,12 +30,16 @@ def run_one(cfg: RunConfig, out: Path, overwrite: bool, quiet: bool, until: int 
 
 
 def run_grid(runs: list[Planned], jobs: int = 1, overwrite: bool = False, quiet: bool = False,
-             on_done: Callable[[int, int, Path], None] | None = None, until: int | None = None) -> dict[Path, dict]:
+             on_done: Callable[[int, int, Path], None] | None = None, until: int | None = None,
+             executor: str = "local", address: str | None = None) -> dict[Path, dict]:
     """Run folder -> summary; with ``jobs > 1`` in separate processes (spawned, so each run's
     numbers equal those of a run on its own), calling ``on_done(k, n, folder)`` as each ends.
     ``until``: every run stops after that round, unfinished and resumable (``fedwear.api.run``).
     Ctrl-C: the runs under way save a checkpoint and stop (a second Ctrl-C stops them at once);
-    the runs not started yet are cancelled."""
+    the runs not started yet are cancelled. ``executor="ray"``: each run is a task on the Ray
+    cluster at ``address`` (:func:`ray_grid`; ``jobs`` is then the cluster's business)."""
+    if executor == "ray":
+        return ray_grid(runs, overwrite, on_done, until, address)
     out: dict[Path, dict] = {}
     if jobs == 1:
         for k, (_, cfg, where) in enumerate(runs, 1):
@@ -77,3 +81,53 @@ def end_with_parent(parent: int, every_s: float = 0.5) -> None:
 
 
 __all__ = ["Planned", "end_with_parent", "run_grid", "run_one"]
+
+
+#: A Ray task whose worker or node died is run again this many times (it resumes from its checkpoint).
+RAY_RETRIES = 3
+
+
+def ray_grid(runs: list[Planned], overwrite: bool = False, on_done: Callable[[int, int, Path], None] | None = None,
+             until: int | None = None, address: str | None = None) -> dict[Path, dict]:
+    """Each run as a Ray task on an existing cluster (``address``, else ``$RAY_ADDRESS``, else
+    ``auto``: the cluster running on this machine), with ``threads`` CPUs (1 when unset, and the
+    run gets that many torch threads, so its numbers do not depend on the node). Run folders are
+    given as absolute paths, which every node must see (a shared file system). Finished runs are
+    reused and unfinished ones resume; a task whose worker or node is lost runs again elsewhere
+    (up to :data:`RAY_RETRIES` times) and continues from its last checkpoint. Progress: one line
+    per finished run with the counts running and queued."""
+    try:
+        import ray
+    except ImportError:
+        from fedwear.errors import FedwearError
+
+        raise FedwearError("--executor ray needs Ray: pip install 'fedwear[cluster]'") from None
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=target, ignore_reinit_error=True, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        from fedwear.errors import FedwearError
+
+        raise FedwearError(f"--executor ray: no Ray cluster at {target} ({str(e).splitlines()[0]}): start one with "
+                           "`ray start --head`, or pass --ray-address host:port") from None
+    task = ray.remote(max_retries=RAY_RETRIES)(run_one)
+    refs = {}
+    for _, cfg, where in runs:
+        threads = cfg.threads or 1
+        cfg = cfg.model_copy(update={"threads": threads})
+        refs[task.options(num_cpus=threads).remote(cfg, Path(where).absolute(), overwrite, True, until)] = where
+    out: dict[Path, dict] = {}
+    pending = list(refs)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            where = refs[ready[0]]
+            out[where] = ray.get(ready[0])
+            if on_done:
+                on_done(len(out), len(runs), where)
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref)  # SIGINT to each task: the run saves a checkpoint and stops
+        raise
+    return out
+

@@ -9,7 +9,10 @@ from typing import Annotated
 import typer
 
 from fedwear.cli.common import (
+    ExecutorOpt,
+    RayAddressOpt,
     SetOpt,
+    check_executor,
     check_method_names,
     console_logging,
     fail,
@@ -90,6 +93,8 @@ def compare(
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (processes); threads are split between them")] = 1,
     overwrite: Annotated[bool, typer.Option(help="redo every run (default: reuse finished runs, resume unfinished ones)")] = False,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     test_against: Annotated[str | None, typer.Option(help="a method of --methods: test each other method against "
                                                           "it on evaluation.best_metric, paired by (seed, client) "
                                                           "(Wilcoxon, Holm-corrected; bootstrap interval)")] = None,
@@ -107,6 +112,7 @@ def compare(
     try:
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
+        check_executor(executor)
         names = name_list(methods)
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
@@ -127,7 +133,8 @@ def compare(
                 if threads and base.threads is None:
                     sets.append(f"threads={threads}")
                 runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
-        done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 else None)
+        done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 or executor == "ray" else None,
+                        executor=executor, address=ray_address)
         summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
         tests = None
         if test_against is not None:
@@ -166,7 +173,7 @@ def upgrade(
 
 
 def _announce(k: int, n: int, where: Path) -> None:
-    typer.echo(f"[{k}/{n}] done: {where}", err=True)
+    typer.echo(f"[{k}/{n}] done: {where} ({n - k} running or queued)", err=True)
 
 
 @app.command("methods")

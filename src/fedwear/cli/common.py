@@ -138,3 +138,14 @@ def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
     else:
         typer.echo(f"interrupted: {grid}" + (f" ({saved})" if saved else ""), err=True)
     raise typer.Exit(130) from None
+
+ExecutorOpt = Annotated[str, typer.Option(help="local (this machine's processes, --jobs) or ray (one task per run "
+                                                "on an existing Ray cluster: --ray-address or $RAY_ADDRESS)")]
+RayAddressOpt = Annotated[str | None, typer.Option(help="--executor ray: the cluster's address (host:port, or auto: "
+                                                        "the one running here); default $RAY_ADDRESS, else auto")]
+
+
+def check_executor(executor: str) -> None:
+    if executor not in ("local", "ray"):
+        raise FedwearError(f"--executor {executor!r}: use local or ray")
+

@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 
 from fedwear.cli.common import (
+    ExecutorOpt,
+    RayAddressOpt,
     SetOpt,
+    check_executor,
     command_line,
     console_logging,
     fail,
@@ -37,6 +40,8 @@ def reproduce(
     methods: Annotated[str | None, typer.Option(help="comma-separated methods to run (default: all the table's); "
                                                      "the results file still covers the whole table")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (one process each)")] = 1,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     out: Annotated[Path | None, typer.Option(help="folder of the run folders (default runs/<paper>-<table>)")] = None,
     results: Annotated[Path | None, typer.Option(help="results file (default results/<table's file>)")] = None,
     set_: SetOpt = None,
@@ -89,7 +94,9 @@ def reproduce(
                 typer.echo(f"[{k}/{n}] done: {where}", err=True)
                 write_results(exp, runs, target, command, folder, at_round)
 
-            run_grid(todo, jobs, overwrite, quiet=quiet or jobs > 1, on_done=progress, until=until)
+            check_executor(executor)
+            run_grid(todo, jobs, overwrite, quiet=quiet or jobs > 1 or executor == "ray", on_done=progress,
+                     until=until, executor=executor, address=ray_address)
         typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
     except FedwearError as e:

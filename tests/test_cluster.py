@@ -1,0 +1,110 @@
+"""``--executor ray``: a grid on a 2-node Ray cluster on loopback, one node killed mid-grid, equals
+the local serial grid bit for bit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("ray", reason="the cluster extra: pip install 'fedwear[cluster]'")
+
+RAY = str(Path(sys.executable).parent / "ray")
+CONFIG = {
+    "method": "fedavg", "rounds": 8, "clients_per_round": 3, "local_epochs": 2, "batch_size": 8, "threads": 1,
+    "dataset": {"name": "synthetic", "window": 32, "held_out": 2, "cache_dir": None,
+                "synthetic": {"num_subjects": 8, "num_classes": 3, "seconds_per_class": 8}},
+    "model": {"name": "cnn", "options": {"width": 8}},
+    "optimizer": {"lr": 0.05},
+    "evaluation": {"adapt_epochs": 1, "every": 3},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(tmp)}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    """A head and a worker node, one CPU each, in separate temp dirs; stopped at the end."""
+    port = free_port()
+    # short paths: Ray's unix sockets live under the temp dir, and a socket path has ~100 characters
+    head, worker = (Path(tempfile.mkdtemp(prefix=f"ray{k}-", dir="/tmp")) for k in "hw")
+    common = ["--num-cpus", "1", "--disable-usage-stats"]
+    subprocess.run([RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                    "--temp-dir", str(head), "--include-dashboard", "false", *common],
+                   check=True, capture_output=True, env=ray_env(head), timeout=180)
+    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1",
+                    "--temp-dir", str(worker), *common],
+                   check=True, capture_output=True, env=ray_env(worker), timeout=180)
+    try:
+        yield f"127.0.0.1:{port}", worker
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, env=ray_env(head), timeout=120)
+        shutil.rmtree(head, ignore_errors=True), shutil.rmtree(worker, ignore_errors=True)
+
+
+def node_pids(root: Path) -> list[int]:
+    """The processes of the Ray node whose temp dir is ``root`` (its raylet, monitors) and all
+    their descendants (the workers running its tasks)."""
+    found = [int(p) for p in subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True).stdout.split()]
+    found = [p for p in found if p != os.getpid()]
+    todo = list(found)
+    while todo:
+        children = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
+        todo += [int(c) for c in children if int(c) not in found]
+        found += [int(c) for c in children if int(c) not in found]
+    return found
+
+
+@pytest.mark.slow
+def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(cluster, tmp_path: Path) -> None:
+    address, worker_tmp = cluster
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    grid = ["compare", str(cfg), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
+    fedwear = [sys.executable, "-m", "fedwear.cli"]
+    local = subprocess.run([*fedwear, *grid, "--out", str(tmp_path / "local")], capture_output=True, text=True,
+                           timeout=600)
+    assert local.returncode == 0, local.stderr
+    out = tmp_path / "ray"
+    proc = subprocess.Popen([*fedwear, *grid, "--out", str(out), "--executor", "ray", "--ray-address", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # until two runs are under way at once: one on each node's CPU
+        going = [p for p in out.glob("*-s*") if (p / "rounds.csv").is_file() and not (p / "summary.json").exists()
+                 and len((p / "rounds.csv").read_text().splitlines()) > 2]
+        if len(going) >= 2:
+            break
+        time.sleep(0.1)
+    assert len(going) >= 2, "two runs were never under way at once"
+    killed = node_pids(worker_tmp)
+    assert killed, "the worker node's processes were not found"
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stderr
+    assert "[4/4] done" in stderr
+    logs = [(p / "run.log").read_text() for p in out.glob("*-s*")]
+    assert any("resume after round" in log for log in logs), "no run was resumed after the node was lost"
+    assert (out / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()
+    for run in sorted((tmp_path / "local").glob("*-s*")):
+        for name in ("metrics.csv", "rounds.csv"):
+            assert (out / run.name / name).read_bytes() == (run / name).read_bytes(), f"{run.name}/{name}"
