@@ -54,7 +54,7 @@ def cluster(tmp_path: Path):
                     "--temp-dir", str(worker), *common],
                    check=True, capture_output=True, env=ray_env(worker), timeout=180)
     try:
-        yield f"127.0.0.1:{port}", worker
+        yield f"127.0.0.1:{port}", worker, head
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, env=ray_env(head), timeout=120)
         shutil.rmtree(head, ignore_errors=True), shutil.rmtree(worker, ignore_errors=True)
@@ -75,7 +75,7 @@ def node_pids(root: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(cluster, tmp_path: Path) -> None:
-    address, worker_tmp = cluster
+    address, worker_tmp, _ = cluster
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(CONFIG))
     grid = ["compare", str(cfg), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
@@ -108,3 +108,24 @@ def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(
     for run in sorted((tmp_path / "local").glob("*-s*")):
         for name in ("metrics.csv", "rounds.csv"):
             assert (out / run.name / name).read_bytes() == (run / name).read_bytes(), f"{run.name}/{name}"
+
+
+@pytest.mark.slow
+def test_flower_simulation_runs_on_an_existing_cluster_with_the_sim_engines_metrics(cluster, tmp_path: Path) -> None:
+    pytest.importorskip("flwr", reason="the flower extra: pip install 'fedwear[flower]'")
+    address, worker_tmp, head_tmp = cluster
+
+    def cluster_workers() -> set[Path]:  # the worker processes' logs of both nodes
+        return {p for root in (head_tmp, worker_tmp) for p in root.glob("session_*/logs/python-core-worker-*.log")}
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({**CONFIG, "rounds": 2, "evaluation": {"adapt_epochs": 1, "every": 1}}))
+    fedwear = [sys.executable, "-m", "fedwear.cli", "run", str(cfg), "--quiet"]
+    sim = subprocess.run([*fedwear, "--out", str(tmp_path / "sim")], capture_output=True, text=True, timeout=600)
+    assert sim.returncode == 0, sim.stderr
+    before = cluster_workers()
+    on_cluster = subprocess.run([*fedwear, "--out", str(tmp_path / "fs"), "--set", "engine=flower-sim",
+                                 "--set", f"flower.ray_address={address}"], capture_output=True, text=True, timeout=600)
+    assert on_cluster.returncode == 0, on_cluster.stderr
+    assert cluster_workers() - before, "the virtual clients did not run on the cluster"
+    assert (tmp_path / "fs" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()

@@ -139,6 +139,10 @@ class FlowerConfig(Strict):
     )
     connect_timeout: float = Field(300.0, gt=0, description="seconds to wait for min_nodes to connect")
     cpus_per_client: float = Field(1.0, gt=0, description="flower-sim: Ray CPUs per virtual client")
+    ray_address: str | None = Field(
+        None, description="flower-sim: an existing Ray cluster to run the virtual clients on (host:port, or auto: "
+        "the one running on this machine); null: start a Ray instance of this machine's cores"
+    )
     secagg: SecAggConfig = SecAggConfig()
 
 
@@ -258,6 +262,10 @@ class RunConfig(Strict):
         if not with_threads:
             tree.pop("threads", None)  # an execution setting: summary.json's versions records it
         tree.pop("tracking", None)  # where the numbers are also logged, not what they are
+        if "ray_address" in tree.get("flower", {}):  # where the clients run, not what they compute
+            tree["flower"].pop("ray_address")
+            if not tree["flower"]:
+                tree.pop("flower")
         own = self.method_options.get(self.method)
         tree.pop("method_options", None)
         if own:

@@ -406,7 +406,9 @@ def make_server_app(cfg: RunConfig, method: Method, roster: Roster, callbacks: l
 
 def run_simulation(cfg: RunConfig, method: Method, roster: Roster, callbacks: list[Callback],
                    restore: dict | None) -> dict:
-    """Run on Flower's simulation runtime (Ray): one virtual SuperNode per client of the roster."""
+    """Run on Flower's simulation runtime (Ray): one virtual SuperNode per client of the roster, on
+    a Ray instance of this machine's cores or on the cluster at ``flower.ray_address`` (whose
+    workers keep the niceness the cluster was started with)."""
     _flwr()
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -428,7 +430,8 @@ def run_simulation(cfg: RunConfig, method: Method, roster: Roster, callbacks: li
         num_supernodes=n,
         backend_config={
             "client_resources": {"num_cpus": cfg.flower.cpus_per_client, "num_gpus": 0.0},
-            "init_args": {"num_cpus": cpus, "logging_level": "ERROR", "log_to_driver": False},
+            "init_args": {"logging_level": "ERROR", "log_to_driver": False,
+                          **({"address": cfg.flower.ray_address} if cfg.flower.ray_address else {"num_cpus": cpus})},
         },
     )
     if "bytes" not in result:
