@@ -5,6 +5,7 @@ series."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -195,8 +196,12 @@ def test_the_clustering_phase_shows_its_progress_and_estimate_from_its_first_ste
     seen: list[str] = []
 
     class FirstSteps(Callback):  # run.log and the bars when round 1's first client is at its 5th step
+        def on_start(self, runner):
+            self.t0 = time.perf_counter()
+
         def on_step(self, runner, round, client, step, planned):
             if round == 1 and step == RunLog.STEPS_TO_ESTIMATE and not seen:
+                seen.append(time.perf_counter() - self.t0)
                 bar = next(cb for cb in runner.callbacks if isinstance(cb, Progress))
                 tasks = {t.id: t for t in bar.bar.tasks}
                 seen.append((tmp_path / "r" / "run.log").read_text())
@@ -205,7 +210,8 @@ def test_the_clustering_phase_shows_its_progress_and_estimate_from_its_first_ste
 
     cfg = tiny_regression_config(**{"method": "pcfedh", "rounds": 4, "method_options.pcfedh": {**OPTIONS, "pcl_rounds": 2}})
     fedwear.run(cfg, tmp_path / "r", quiet=False, callbacks=[FirstSteps()])
-    log, title, under = seen
+    after, log, title, under = seen
+    assert after < 30.0  # seconds from the start of round 1
     assert "phases: clustering (module 1): rounds 1-2; categorisation: round 3; soft clustering (module 2): round 4" in log
     line = next(ln for ln in log.splitlines() if "estimated from its first measurements" in ln)
     assert "round 1/4 (clustering (module 1), rounds 1-2)" in line and "after 5 of client" in line
