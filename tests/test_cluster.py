@@ -19,6 +19,9 @@ import yaml
 
 pytest.importorskip("ray", reason="the cluster extra: pip install 'fedwear[cluster]'")
 
+#: One Ray instance at a time (with the flower-sim tests): on 2 cores a node started beside
+#: another cluster can miss Ray's 30 s start-up limit. CI runs the slow tests with --dist loadgroup.
+pytestmark = pytest.mark.xdist_group("ray")
 RAY = str(Path(sys.executable).parent / "ray")
 CONFIG = {
     "method": "fedavg", "rounds": 8, "clients_per_round": 3, "local_epochs": 2, "batch_size": 8, "threads": 1,
