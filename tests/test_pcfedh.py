@@ -241,3 +241,18 @@ def test_phase_clock_estimates_from_the_steps_measured(monkeypatch: pytest.Monke
     clock.step_taken(1, 4)  # 2 s a step, 3 more; round 3 at the median of finished rounds (48 s)
     assert clock.round_left() == 6.0 and clock.phase_left() == 6.0 + 48.0
     assert clock.phase(4).name == "b" and clock.phase(99).name == "b"
+
+
+def test_phase_clock_counts_a_clients_setup_once_not_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedwear.callbacks import PhaseClock
+    from fedwear.methods.api import Phase
+
+    now = [0.0]
+    monkeypatch.setattr("fedwear.callbacks.time.perf_counter", lambda: now[0])
+    clock = PhaseClock([Phase("a", 1, 1)])
+    clock.round_start(1, ["c1", "c2"])
+    for step in range(1, 6):  # 10 s of setup before step 1, then 0.5 s a step
+        now[0] = 10.0 + 0.5 * step
+        clock.step_taken(step, 100)
+    # c1: 95 more steps at 0.5 s; c2 like c1 as a whole: 12.5 s so far + 47.5 s left
+    assert clock.round_left() == 47.5 + 60.0

@@ -185,8 +185,9 @@ def duration(seconds: float) -> str:
 
 class PhaseClock:
     """How long the round under way and the rest of its phase (:meth:`Method.phases`) will take,
-    from what has been measured so far: the current client's steps at its own pace
-    (``Callback.on_step``), the other clients of the round at the pace of those done (or of the
+    from what has been measured so far: the current client's steps at its own pace between steps
+    (``Callback.on_step``; what it spent before its first step, such as building its model, is
+    counted once, not once per step), the other clients of the round at the pace of those done (or of the
     current one), and each later round of the phase at the median of the phase's finished rounds
     (or as long as this one, before any finished)."""
 
@@ -204,7 +205,10 @@ class PhaseClock:
         self.step = self.planned = 0
 
     def step_taken(self, step: int, planned: int) -> None:
-        self.step, self.planned = step, planned
+        now = time.perf_counter()
+        if not self.step:
+            self.first_step, self.first_step_t = step, now
+        self.step, self.planned, self.step_t = step, planned, now
 
     def reply(self) -> None:
         self.done += 1
@@ -219,7 +223,11 @@ class PhaseClock:
         now = time.perf_counter()
         on_current = now - self.client_t0
         if self.step:
-            current_left = on_current / self.step * max(self.planned - self.step, 0)
+            if self.step > self.first_step:
+                pace = (self.step_t - self.first_step_t) / (self.step - self.first_step)
+            else:
+                pace = (self.step_t - self.client_t0) / self.step
+            current_left = max(pace * max(self.planned - self.step, 0) - (now - self.step_t), 0.0)
             per_client = (self.client_t0 - self.t0) / self.done if self.done else on_current + current_left
         elif self.done:
             per_client = (self.client_t0 - self.t0) / self.done
