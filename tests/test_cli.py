@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -190,10 +192,28 @@ def test_compare_in_parallel_equals_serial(cfg_file, tmp_path):
     assert fedwear(*base, "--out", str(tmp_path / "serial")).returncode == 0
     res = fedwear(*base, "--out", str(tmp_path / "par"), "--jobs", "2")
     assert res.returncode == 0, res.stderr
-    assert "[4/4] done" in res.stderr
+    status = [tuple(map(int, m)) for m in re.findall(r"\[(\d)/4 done, (\d) running, (\d) queued\]", res.stderr)]
+    assert [s[0] for s in status] == [1, 2, 3, 4] and all(sum(s) == 4 and s[1] <= 2 for s in status), res.stderr
+    assert status[-1] == (4, 0, 0)
     for run in ("fedavg-s0", "local-s1"):
         a = (tmp_path / "serial" / run / "metrics.csv").read_bytes()
         assert a == (tmp_path / "par" / run / "metrics.csv").read_bytes()
+
+
+def test_a_grid_counts_as_running_the_folders_locked_since_it_started(tmp_path):
+    import os
+
+    from fedwear.compare import GridStatus, writing
+    from fedwear.rundir import LOCK
+
+    for name, age in (("now", 0), ("stale", 3600)):  # a lock left by a run killed an hour ago
+        (tmp_path / name).mkdir()
+        (tmp_path / name / LOCK).write_text("fedwear (pid 1)")
+        os.utime(tmp_path / name / LOCK, (time.time() - age,) * 2)
+    (tmp_path / "queued").mkdir()
+    since = time.time() - 60
+    assert writing([tmp_path / "now", tmp_path / "stale", tmp_path / "queued", tmp_path / "absent"], since) == 1
+    assert str(GridStatus(2, 1, 3)) == "2/6 done, 1 running, 3 queued"
 
 
 def test_flower_serve_refuses_a_folder_holding_a_run(cfg_file, tmp_path):

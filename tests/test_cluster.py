@@ -104,7 +104,7 @@ def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(
             os.kill(pid, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 0, stderr
-    assert "[4/4] done" in stderr
+    assert "[4/4 done, 0 running, 0 queued]" in stderr
     logs = [(p / "run.log").read_text() for p in out.glob("*-s*")]
     assert any("resume after round" in log for log in logs), "no run was resumed after the node was lost"
     assert (out / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()

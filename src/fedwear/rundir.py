@@ -88,6 +88,13 @@ def write_marker(out: Path) -> None:
     (out / MARKER).write_text(json.dumps({"format": FORMAT, "fedwear": __version__}) + "\n")
 
 
+def finished_summary(cfg: RunConfig, out: Path) -> dict | None:
+    """The summary of the finished run of ``cfg`` in ``out``, or None (reading nothing else)."""
+    if not is_run(out) or _config_hash(out) != cfg.hash():
+        return None
+    return _read_json(out / "summary.json")
+
+
 def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool = False) -> Plan:
     """Decide (without writing anything) how a run into ``out`` proceeds; FedwearError if it may not.
 
@@ -113,10 +120,9 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
             f"{out} already holds a run of {which}: add --resume to continue (or reuse) it, "
             "--overwrite to replace it, or pass --out with a new folder"
         )
-    same = _config_hash(out) == cfg.hash()
-    summary = _read_json(out / "summary.json")
-    if summary is not None and same:
+    if (summary := finished_summary(cfg, out)) is not None:
         return Plan(finished=summary)
+    same = _config_hash(out) == cfg.hash()
     if not same:
         raise FedwearError(
             f"{out} holds a run with a different config: --resume needs the same config and "

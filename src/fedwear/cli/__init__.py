@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,9 +12,10 @@ from fedwear.cli.common import (
     ExecutorOpt,
     RayAddressOpt,
     SetOpt,
-    check_executor,
+    SlurmOpt,
     check_method_names,
     console_logging,
+    executor_options,
     fail,
     file_system_error,
     interrupted,
@@ -28,6 +29,9 @@ from fedwear.cli.report import report
 from fedwear.cli.reproduce import reproduce
 from fedwear.cli.tune import tune
 from fedwear.errors import FedwearError
+
+if TYPE_CHECKING:
+    from fedwear.compare import GridStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
 app.add_typer(data_app, name="data")
@@ -95,6 +99,7 @@ def compare(
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
+    slurm: SlurmOpt = None,
     test_against: Annotated[str | None, typer.Option(help="a method of --methods: test each other method against "
                                                           "it on evaluation.best_metric, paired by (seed, client) "
                                                           "(Wilcoxon, Holm-corrected; bootstrap interval)")] = None,
@@ -112,7 +117,7 @@ def compare(
     try:
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
-        check_executor(executor)
+        slurm_options = executor_options(executor, slurm)
         names = name_list(methods)
         if not names:
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
@@ -133,8 +138,8 @@ def compare(
                 if threads and base.threads is None:
                     sets.append(f"threads={threads}")
                 runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
-        done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 or executor == "ray" else None,
-                        executor=executor, address=ray_address)
+        done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 or executor != "local" else None,
+                        executor=executor, address=ray_address, slurm=slurm_options)
         summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
         tests = None
         if test_against is not None:
@@ -172,8 +177,8 @@ def upgrade(
         fail(e)
 
 
-def _announce(k: int, n: int, where: Path) -> None:
-    typer.echo(f"[{k}/{n}] done: {where} ({n - k} running or queued)", err=True)
+def _announce(status: GridStatus, where: Path) -> None:
+    typer.echo(f"[{status}] {where} done", err=True)
 
 
 @app.command("methods")

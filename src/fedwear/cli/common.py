@@ -139,13 +139,29 @@ def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
         typer.echo(f"interrupted: {grid}" + (f" ({saved})" if saved else ""), err=True)
     raise typer.Exit(130) from None
 
-ExecutorOpt = Annotated[str, typer.Option(help="local (this machine's processes, --jobs) or ray (one task per run "
-                                                "on an existing Ray cluster: --ray-address or $RAY_ADDRESS)")]
+ExecutorOpt = Annotated[str, typer.Option(help="local (this machine's processes, --jobs), ray (one task per run "
+                                                "on an existing Ray cluster: --ray-address or $RAY_ADDRESS) or "
+                                                "slurm (one Slurm job per run, from a login node: --slurm)")]
 RayAddressOpt = Annotated[str | None, typer.Option(help="--executor ray: the cluster's address (host:port, or auto: "
                                                         "the one running here); default $RAY_ADDRESS, else auto")]
+SlurmOpt = Annotated[list[str] | None, typer.Option("--slurm", help="--executor slurm: an sbatch option as submitit "
+                                                                    "names it, e.g. --slurm partition=cpu --slurm "
+                                                                    "time=600 (minutes)")]
 
 
-def check_executor(executor: str) -> None:
-    if executor not in ("local", "ray"):
-        raise FedwearError(f"--executor {executor!r}: use local or ray")
+def executor_options(executor: str, slurm: list[str] | None) -> dict[str, str]:
+    """Check ``--executor`` and turn ``--slurm key=value`` options into a dict."""
+    from fedwear.compare import EXECUTORS
+
+    if executor not in EXECUTORS:
+        raise FedwearError(f"--executor {executor!r}: use {', '.join(EXECUTORS)}")
+    if slurm and executor != "slurm":
+        raise FedwearError("--slurm is for --executor slurm: add --executor slurm, or drop --slurm")
+    options = {}
+    for item in slurm or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise FedwearError(f"--slurm {item!r}: write key=value, e.g. --slurm partition=cpu")
+        options[key.strip().replace("-", "_")] = value.strip()
+    return options
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,15 +11,19 @@ from fedwear.cli.common import (
     ExecutorOpt,
     RayAddressOpt,
     SetOpt,
-    check_executor,
+    SlurmOpt,
     command_line,
     console_logging,
+    executor_options,
     fail,
     interrupted,
     name_list,
     parse_seeds,
 )
 from fedwear.errors import FedwearError
+
+if TYPE_CHECKING:
+    from fedwear.compare import GridStatus
 
 
 def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out: Path | None,
@@ -42,6 +46,7 @@ def reproduce(
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (one process each)")] = 1,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
+    slurm: SlurmOpt = None,
     out: Annotated[Path | None, typer.Option(help="folder of the run folders (default runs/<paper>-<table>)")] = None,
     results: Annotated[Path | None, typer.Option(help="results file (default results/<table's file>)")] = None,
     set_: SetOpt = None,
@@ -90,13 +95,13 @@ def reproduce(
         if not report_only:
             typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)
 
-            def progress(k: int, n: int, where: Path) -> None:
-                typer.echo(f"[{k}/{n}] done: {where}", err=True)
+            def progress(status: GridStatus, where: Path) -> None:
+                typer.echo(f"[{status}] {where} done", err=True)
                 write_results(exp, runs, target, command, folder, at_round)
 
-            check_executor(executor)
-            run_grid(todo, jobs, overwrite, quiet=quiet or jobs > 1 or executor == "ray", on_done=progress,
-                     until=until, executor=executor, address=ray_address)
+            slurm_options = executor_options(executor, slurm)
+            run_grid(todo, jobs, overwrite, quiet=quiet or jobs > 1 or executor != "local", on_done=progress,
+                     until=until, executor=executor, address=ray_address, slurm=slurm_options)
         typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
     except FedwearError as e:
