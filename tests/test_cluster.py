@@ -76,18 +76,33 @@ def node_pids(root: Path) -> list[int]:
     return found
 
 
+FEDWEAR = [sys.executable, "-m", "fedwear.cli"]
+
+
+def local_grid(tmp_path: Path, config: dict) -> list[str]:
+    """Run the 4-run grid of ``config`` serially into ``tmp_path/local``; its command, less --out."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    grid = [*FEDWEAR, "compare", str(cfg), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
+    local = subprocess.run([*grid, "--out", str(tmp_path / "local")], capture_output=True, text=True, timeout=600)
+    assert local.returncode == 0, local.stderr
+    return grid
+
+
+def assert_equals_local_grid(out: Path, tmp_path: Path) -> None:
+    """``out``'s table and every run's metrics.csv and rounds.csv equal the local serial grid's, bit for bit."""
+    assert (out / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()
+    for run in sorted((tmp_path / "local").glob("*-s*")):
+        for name in ("metrics.csv", "rounds.csv"):
+            assert (out / run.name / name).read_bytes() == (run / name).read_bytes(), f"{run.name}/{name}"
+
+
 @pytest.mark.slow
 def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(cluster, tmp_path: Path) -> None:
     address, worker_tmp, _ = cluster
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(CONFIG))
-    grid = ["compare", str(cfg), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
-    fedwear = [sys.executable, "-m", "fedwear.cli"]
-    local = subprocess.run([*fedwear, *grid, "--out", str(tmp_path / "local")], capture_output=True, text=True,
-                           timeout=600)
-    assert local.returncode == 0, local.stderr
+    grid = local_grid(tmp_path, CONFIG)
     out = tmp_path / "ray"
-    proc = subprocess.Popen([*fedwear, *grid, "--out", str(out), "--executor", "ray", "--ray-address", address],
+    proc = subprocess.Popen([*grid, "--out", str(out), "--executor", "ray", "--ray-address", address],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:  # until two runs are under way at once: one on each node's CPU
@@ -107,10 +122,7 @@ def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(
     assert "[4/4 done, 0 running, 0 queued]" in stderr
     logs = [(p / "run.log").read_text() for p in out.glob("*-s*")]
     assert any("resume after round" in log for log in logs), "no run was resumed after the node was lost"
-    assert (out / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()
-    for run in sorted((tmp_path / "local").glob("*-s*")):
-        for name in ("metrics.csv", "rounds.csv"):
-            assert (out / run.name / name).read_bytes() == (run / name).read_bytes(), f"{run.name}/{name}"
+    assert_equals_local_grid(out, tmp_path)
 
 
 @pytest.mark.slow

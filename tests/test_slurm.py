@@ -13,15 +13,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.test_cluster import CONFIG, free_port
+from tests.test_cluster import CONFIG, assert_equals_local_grid, free_port, local_grid
 
 pytest.importorskip("submitit", reason="the cluster extra: pip install 'fedwear[cluster]'")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
@@ -110,15 +108,9 @@ def slurm(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.slow
 def test_a_grid_as_slurm_jobs_resumes_a_cancelled_job_and_equals_the_local_grid(slurm, tmp_path: Path) -> None:
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({**CONFIG, "rounds": 60}))
-    grid = ["compare", str(cfg), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
-    fedwear = [sys.executable, "-m", "fedwear.cli"]
-    local = subprocess.run([*fedwear, *grid, "--out", str(tmp_path / "local")], capture_output=True, text=True,
-                           timeout=600)
-    assert local.returncode == 0, local.stderr
+    grid = local_grid(tmp_path, {**CONFIG, "rounds": 60})
     out = tmp_path / "slurm"
-    on_slurm = [*fedwear, *grid, "--out", str(out), "--executor", "slurm", "--slurm", "partition=test"]
+    on_slurm = [*grid, "--out", str(out), "--executor", "slurm", "--slurm", "partition=test"]
     proc = subprocess.Popen(on_slurm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm)
     deadline, victim = time.time() + 300, None
     while time.time() < deadline and victim is None:  # a run past its first checkpoints
@@ -141,7 +133,4 @@ def test_a_grid_as_slurm_jobs_resumes_a_cancelled_job_and_equals_the_local_grid(
     assert again.returncode == 0, again.stderr
     assert "[4/4 done, 0 running, 0 queued]" in again.stderr
     assert "resume after round" in (victim / "run.log").read_text()
-    assert (out / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()
-    for run in sorted((tmp_path / "local").glob("*-s*")):
-        for name in ("metrics.csv", "rounds.csv"):
-            assert (out / run.name / name).read_bytes() == (run / name).read_bytes(), f"{run.name}/{name}"
+    assert_equals_local_grid(out, tmp_path)

@@ -196,7 +196,7 @@ class SlurmRun:
     def __call__(self, cfg: RunConfig, out: Path, overwrite: bool, until: int | None) -> dict:
         return run_one(cfg, out, overwrite, True, until)
 
-    def checkpoint(self, cfg: RunConfig, out: Path, overwrite: bool, until: int | None):  # noqa: ANN201
+    def checkpoint(self, cfg: RunConfig, out: Path, overwrite: bool, until: int | None) -> object:
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(self, cfg, out, False, until)  # a requeued run never starts over
