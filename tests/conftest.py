@@ -5,12 +5,15 @@ repository). Without it, tests that need it are skipped with the reason, except 
 ``FEDWEAR_REQUIRE_DATA=1`` (set by CI), where they fail: CI must run the real-data tests.
 ``hapt_root`` is UCI HAPT from there, or else the subset bundled with fedwear, so the UCI HAPT
 tests run everywhere. ``one_thread`` runs a test on one torch thread, as ``fedwear.run`` does
-with ``threads: 1``, for tests that call a method's hooks directly.
+with ``threads: 1``, for tests that call a method's hooks directly. Tests marked ``ray`` run one
+at a time, whatever pytest-xdist does with them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+#: Held by the test running Ray, across pytest-xdist workers (and concurrent pytest runs): on 2
+#: cores a Ray node started beside another Ray instance can miss Ray's 30 s start-up limit.
+RAY_LOCK = Path(tempfile.gettempdir()) / "fedwear-tests-ray.lock"
+
+
+@pytest.fixture(autouse=True)
+def _one_ray_at_a_time(request):
+    if request.node.get_closest_marker("ray") is None:
+        yield
+        return
+    with RAY_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -19,9 +19,7 @@ import yaml
 
 pytest.importorskip("ray", reason="the cluster extra: pip install 'fedwear[cluster]'")
 
-#: One Ray instance at a time (with the flower-sim tests): on 2 cores a node started beside
-#: another cluster can miss Ray's 30 s start-up limit. CI runs the slow tests with --dist loadgroup.
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = pytest.mark.ray  # one Ray instance at a time (tests/conftest.py)
 RAY = str(Path(sys.executable).parent / "ray")
 CONFIG = {
     "method": "fedavg", "rounds": 8, "clients_per_round": 3, "local_epochs": 2, "batch_size": 8, "threads": 1,
@@ -58,8 +56,10 @@ def cluster(tmp_path: Path):
                    check=True, capture_output=True, env=ray_env(worker), timeout=180)
     try:
         yield f"127.0.0.1:{port}", worker, head
-    finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, env=ray_env(head), timeout=120)
+    finally:  # these two nodes only: `ray stop` would stop every Ray instance of the machine
+        for pid in node_pids(worker) + node_pids(head):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(head, ignore_errors=True), shutil.rmtree(worker, ignore_errors=True)
 
 
@@ -105,13 +105,18 @@ def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(
     proc = subprocess.Popen([*grid, "--out", str(out), "--executor", "ray", "--ray-address", address],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while time.time() < deadline:  # until two runs are under way at once: one on each node's CPU
+    while time.time() < deadline and proc.poll() is None:  # until two runs are under way at once: one per node
         going = [p for p in out.glob("*-s*") if (p / "rounds.csv").is_file() and not (p / "summary.json").exists()
                  and len((p / "rounds.csv").read_text().splitlines()) > 2]
         if len(going) >= 2:
             break
         time.sleep(0.1)
-    assert len(going) >= 2, "two runs were never under way at once"
+    else:
+        proc.kill()
+        _, stderr = proc.communicate(timeout=60)
+        status = subprocess.run([RAY, "status", "--address", address], capture_output=True, text=True, timeout=60)
+        pytest.fail(f"two runs were never under way at once (grid exit code {proc.returncode}); its stderr:\n"
+                    f"{stderr[-3000:]}\nray status:\n{status.stdout[-2000:]}{status.stderr[-1000:]}")
     killed = node_pids(worker_tmp)
     assert killed, "the worker node's processes were not found"
     for pid in killed:

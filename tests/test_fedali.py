@@ -306,6 +306,7 @@ def test_flower_messages_give_the_same_metrics_and_bytes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_flower_sim_equals_sim(tmp_path):
     pytest.importorskip("flwr")
     sets = {"dataset.cache_dir": str(tmp_path / "cache")}

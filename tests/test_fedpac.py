@@ -425,6 +425,7 @@ def test_runs_are_deterministic_and_count_their_bytes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_flower_sim_equals_sim(tmp_path):
     sets = {"dataset.cache_dir": str(tmp_path / "cache")}
     sim = fedwear.run(tiny_config(method="fedpac", **sets), tmp_path / "sim")

@@ -186,7 +186,7 @@ def test_client_state_lives_in_context_state(tmp_path):
     assert any(k.startswith("head.") for k in ctx.state["fedwear.state.arrays"])
 
 
-@pytest.mark.xdist_group("ray")  # one Ray instance at a time (see below)
+@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["fedavg", "fedprox", "local", "centralized", "protohar", "fedavg+dp", "pcfedh", "metahar", "fedmat"])
 def test_flower_sim_equals_sim(tmp_path, method):
@@ -233,7 +233,7 @@ def test_secure_aggregation_matches_plain_mean(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one Ray instance at a time: on 2 cores a second one times out starting
+@pytest.mark.ray
 def test_flower_sim_with_secure_aggregation(tmp_path):
     from fedwear.callbacks import CHECKPOINT, load_checkpoint
 
