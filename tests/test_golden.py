@@ -1,0 +1,96 @@
+"""CPU numbers stay bit-identical across refactors: every method's first rounds, on the in-process
+and the batched engine, and the first 2 rounds of every packaged config, hash to what they hashed
+when ``tests/golden.json`` was written.
+
+Float results depend on the torch build and the CPU's vector unit, so the hashes hold for the
+torch version and CPU capability written in the file; elsewhere the test says so and skips.
+Rewrite the file (only when a change of numbers is intended, and say why in the commit) with
+``FEDWEAR_WRITE_GOLDEN=1 pytest tests/test_golden.py -m "slow or not slow"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import fedwear
+from fedwear.config import load_config
+from fedwear.methods import METHODS
+from tests.helpers import config_for
+from tests.test_flower import PHASES
+
+GOLDEN = Path(__file__).with_name("golden.json")
+WRITE = os.environ.get("FEDWEAR_WRITE_GOLDEN") == "1"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+#: Packaged configs whose first 2 rounds cost minutes (PCFedH's clustering rounds, FedAli's and
+#: Meta-HAR's full-size models): their rounds and clients are cut, everything else is as packaged.
+CUT = {
+    "pcfedh": {"method_options.pcfedh.encoder_epochs": 1, "dataset.max_clients": 4},
+    "fedali": {"dataset.max_clients": 4, "clients_per_round": 2},
+    "metahar": {"dataset.max_clients": 4, "method_options.metahar.finetune_epochs": 1},
+    "fedmat": {"dataset.max_clients": 4},
+}
+#: Dataset name -> its folder under the shared data, where they differ.
+FOLDER = {"stress_predict_hr": "stress_predict"}
+
+
+def machine() -> dict[str, str]:
+    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
+def fingerprint(out: Path) -> str:
+    """sha256 of a run folder's numbers: metrics.csv and rounds.csv (no times: those are in timing.csv)."""
+    h = hashlib.sha256()
+    for name in ("metrics.csv", "rounds.csv"):
+        h.update((out / name).read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def golden():
+    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {"machine": machine(), "runs": {}}
+    if WRITE:
+        recorded["machine"] = machine()
+        yield recorded["runs"]
+        GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        return
+    if recorded["machine"] != machine():
+        pytest.skip(f"the golden hashes were recorded on {recorded['machine']}, this is {machine()}")
+    yield recorded["runs"]
+
+
+def check(golden: dict, key: str, out: Path) -> None:
+    if WRITE:
+        golden[key] = fingerprint(out)
+        return
+    assert key in golden, f"no golden hash for {key}: write them (see this module's docstring)"
+    assert fingerprint(out) == golden[key], f"{key}: the numbers changed"
+
+
+@pytest.mark.parametrize("engine", ["sim", "batched"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_gives_the_recorded_numbers(golden, tmp_path, method, engine):
+    cfg = config_for(method, engine=engine, **{"evaluation.at_start": True, **PHASES.get(method, {})})
+    fedwear.run(cfg, tmp_path)
+    check(golden, f"{method}/{engine}", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml")))
+def test_every_packaged_config_gives_the_recorded_numbers_in_its_first_two_rounds(golden, data_root, tmp_path, path):
+    raw = yaml.safe_load((CONFIGS / path).read_text())
+    data = raw["dataset"]
+    for source in data.get("sources") or [data]:  # a merged dataset names a root per source
+        if source["name"] != "synthetic":
+            source["root"] = str(data_root / FOLDER.get(source["name"], source["name"]))
+    if raw.get("engine") == "flower":  # a deployment's numbers are sim's (tests/test_flower_deploy.py)
+        raw["engine"] = "sim"
+    sets = {"rounds": 2, "evaluation.every": 1, "dataset.cache_dir": tmp_path / "cache", **CUT.get(raw["method"], {})}
+    fedwear.run(load_config(data=raw, overrides=[f"{k}={v}" for k, v in sets.items()]), tmp_path / "run")
+    check(golden, f"config/{path}", tmp_path / "run")
