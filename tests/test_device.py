@@ -19,25 +19,31 @@ def test_cuda_without_a_gpu_is_one_line(monkeypatch):
     assert "torch sees no CUDA device" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_cuda_only_for_methods_that_declare_it(monkeypatch):
+class CpuOnly(FedAvg):
+    """A method with tensors of its own that it has not placed on a device: no ``devices``."""
+
+    name = "cpu-only-for-test"
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    monkeypatch.setitem(METHODS, CpuOnly.name, CpuOnly)
+    return CpuOnly.name
+
+
+def test_cuda_only_for_methods_that_declare_it(monkeypatch, cpu_only):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert tiny_config(device="cuda").device == "cuda"  # fedavg declares it
     with pytest.raises(ConfigError) as err:
-        tiny_config(method="fedproto", device="cuda")
-    assert "method=fedproto runs on the CPU only" in str(err.value)
+        tiny_config(method=cpu_only, device="cuda")
+    assert f"method={cpu_only} runs on the CPU only" in str(err.value)
 
 
 def test_cuda_support_is_declared_by_each_class_not_inherited():
     assert "cuda" in FedAvg.devices
-    for name in ("protohar", "fedproto", "moon", "scaffold", "pcfedh", "fedpac"):
-        assert METHODS[name].devices == ("cpu",), name  # FedAvg subclasses with tensors of their own
-    for name in ("fedavg", "fedprox", "fedper", "local", "centralized", "fedali"):
-        assert "cuda" in METHODS[name].devices, name
-
-    class Sub(FedAvg):
-        name = "sub-for-test"
-
-    assert Sub.devices == ("cpu",)
+    assert CpuOnly.devices == ("cpu",)
+    for name, cls in METHODS.items():  # every method has placed its own tensors (tests/test_gpu.py)
+        assert cls.devices == ("cpu", "cuda"), name
 
 
 def test_auto_on_a_machine_without_a_gpu_equals_cpu(tmp_path, monkeypatch):
@@ -47,7 +53,7 @@ def test_auto_on_a_machine_without_a_gpu_equals_cpu(tmp_path, monkeypatch):
     assert a.equals(b)
 
 
-def test_auto_keeps_a_cpu_only_method_on_the_cpu_of_a_gpu_machine(monkeypatch):
+def test_auto_keeps_a_cpu_only_method_on_the_cpu_of_a_gpu_machine(monkeypatch, cpu_only):
     """On a GPU machine ``auto`` is cuda only for a class that declares it (the property is read
     on a stand-in: building the method would move its model to a GPU this machine lacks)."""
     from types import SimpleNamespace
@@ -55,7 +61,7 @@ def test_auto_keeps_a_cpu_only_method_on_the_cpu_of_a_gpu_machine(monkeypatch):
     from fedwear.methods.api import Method, Task
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for method, device in (("fedavg", "cuda"), ("scaffold", "cpu")):
+    for method, device in (("fedavg", "cuda"), (cpu_only, "cpu")):
         stand_in = SimpleNamespace(task=Task(tiny_config(method=method, device="auto"), 32, 3, 3, 6),
                                    devices=METHODS[method].devices)
         assert Method.device.fget(stand_in) == device, method

@@ -104,7 +104,7 @@ def run(
             log.warning("%s stopped before its first checkpoint: starting it again", out)
         if plan.finished is not None:
             return Result(out, plan.finished)
-        prepare_process(cfg.threads)
+        prepare_process(cfg.threads, cfg.precision, cfg.deterministic)
         # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
         if data is None:
             data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)

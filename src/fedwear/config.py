@@ -210,6 +210,16 @@ class RunConfig(Strict):
         "(`fedwear methods` marks them); results "
         "on a GPU match the CPU's only up to float rounding",
     )
+    precision: Literal["fp32", "tf32", "bf16"] = Field(
+        "fp32",
+        description="float precision of training and evaluation: fp32 (exact; on a GPU TF32 is turned off), tf32 "
+        "(a GPU's TF32 matmuls and convolutions) or bf16 (autocast of forward passes; engine=batched then trains "
+        "client by client)",
+    )
+    deterministic: bool = Field(
+        False, description="torch's deterministic algorithms (and CUBLAS_WORKSPACE_CONFIG on a GPU): the same "
+        "numbers on every run of a GPU, at some speed; the CPU's are deterministic either way"
+    )
     checkpoint_every: int = Field(1, ge=0, description="save a checkpoint every N rounds (0: never)")
     dataset: DatasetConfig = DatasetConfig()
     model: ModelConfig = ModelConfig()

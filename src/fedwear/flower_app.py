@@ -56,7 +56,7 @@ def node_slot(config: str, data_root: str, client: str, role: str) -> ClientSlot
 
     sets = [f"dataset.root={data_root}"] if data_root else []
     cfg = load_config(config, [*sets, "dataset.held_out=0", "engine=flower"])  # a deployment's node
-    prepare_process(cfg.threads)
+    prepare_process(cfg.threads, cfg.precision, cfg.deterministic)
     slots, _ = build_slots(cfg, with_pooled_test=False)
     if client:
         chosen = [s for s in slots if s.client_id == client]

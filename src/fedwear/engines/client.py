@@ -13,6 +13,7 @@ from fedwear.evaluation.metrics import classification_metrics, confusion_counts,
 from fedwear.evaluation.naive import naive_forecasts
 from fedwear.evaluation.predictor import Predictor, as_predictor
 from fedwear.methods.api import Method, Personalized, Record
+from fedwear.methods.training import autocast
 from fedwear.seeding import derive_seed
 
 Row = dict[str, object]
@@ -95,13 +96,13 @@ def row_client(row: Row, client: str) -> str:
 
 @torch.no_grad()
 def forward(fn, x: np.ndarray | torch.Tensor, batch_size: int, device: str = "cpu") -> torch.Tensor:
-    """``fn`` over ``x`` in batches on ``device`` (no gradients); the outputs on the CPU."""
+    """``fn`` over ``x`` in batches on ``device`` (no gradients, the process's precision:
+    :func:`fedwear.methods.training.autocast`); the outputs on the CPU, copied there once."""
     xt = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
-    if device == "cpu":
+    xt = xt.to(device)  # no copy on the CPU
+    with autocast(device):
         outs = [fn(xt[i : i + batch_size]) for i in range(0, len(xt), batch_size)]
-    else:
-        outs = [fn(xt[i : i + batch_size].to(device)).cpu() for i in range(0, len(xt), batch_size)]
-    return torch.cat(outs) if outs else torch.zeros(0, 0)
+    return (torch.cat(outs) if outs else torch.zeros(0, 0)).cpu()
 
 
 class EvalCache:
@@ -180,7 +181,7 @@ class ClientRuntime:
         self.cache = cache or EvalCache()
         self.own_slice = own_slice if pooled_test is not None else None
         # batch-dependent outputs: each window set is run in its own batches (as Keras' evaluate)
-        self.cut_from_pool = not getattr(getattr(method, "model", None), "batch_dependent", False)
+        self.cut_from_pool = not method.batch_dependent_outputs
         self.pool_personal = "generalization" in cfg.evaluation.views
         # the first training client (its test split opens the pooled set) reports the pooled view
         self.reports_pool = self.own_slice is not None and self.own_slice.start == 0

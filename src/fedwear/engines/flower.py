@@ -152,7 +152,7 @@ _SLOTS: dict[tuple[str, bool], list[ClientSlot]] = {}  # per process (a Ray acto
 def slots_for(cfg: RunConfig, with_pooled_test: bool) -> list[ClientSlot]:
     key = (cfg.hash(), with_pooled_test)
     if key not in _SLOTS:
-        prepare_process(cfg.threads)
+        prepare_process(cfg.threads, cfg.precision, cfg.deterministic)
         _SLOTS.clear()
         _SLOTS[key] = build_slots(cfg, with_pooled_test)[0]
     return _SLOTS[key]

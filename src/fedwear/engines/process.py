@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 
 import torch
 
@@ -57,13 +58,31 @@ def flush_denormals() -> bool:
     return torch.set_flush_denormal(True)
 
 
-def prepare_process(threads: int | None) -> None:
+def prepare_process(threads: int | None, precision: str = "fp32", deterministic: bool = False) -> None:
     """torch's thread count (``threads``; None leaves torch's default until :func:`choose_threads`),
-    the allocator setting and subnormals flushed to zero."""
+    the allocator setting, subnormals flushed to zero, and the run's ``precision`` and
+    ``deterministic`` settings (see :func:`set_precision`)."""
     if threads:
         torch.set_num_threads(threads)
     keep_freed_buffers()
     flush_denormals()
+    set_precision(precision, deterministic)
+
+
+def set_precision(precision: str, deterministic: bool) -> None:
+    """``precision``: fp32 turns TF32 off on a GPU (torch leaves it on for cuDNN's convolutions
+    by default), tf32 turns it on for matmuls and convolutions, bf16 runs forward passes under
+    autocast (:func:`fedwear.methods.training.autocast`). ``deterministic``: torch's deterministic
+    algorithms, and the cuBLAS workspace they need (set before CUDA starts; an existing value is
+    kept)."""
+    from fedwear.methods.training import set_autocast
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    set_autocast(torch.bfloat16 if precision == "bf16" else None)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.benchmark = False
 
 
 #: Below this many FLOPs in a training batch (forward + backward), one thread trains faster than
@@ -83,8 +102,9 @@ def training_flops(model: torch.nn.Module, window: int, channels: int, batch_siz
     from torch.utils.flop_counter import FlopCounterMode
 
     probe = copy.deepcopy(model).eval()
+    device = next(probe.parameters()).device
     with torch.random.fork_rng(devices=[]), FlopCounterMode(display=False) as counter:
-        out = probe(torch.zeros(2, window, channels))
+        out = probe(torch.zeros(2, window, channels, device=device))
         (out if torch.is_tensor(out) else out[0]).float().sum().backward()
     return counter.get_total_flops() / 2 * batch_size
 

@@ -211,7 +211,7 @@ class Runner:
     def refit_next(self, r: int) -> list[str]:
         """The clients certain to fit in round ``r + 1`` before anything reads their states: the
         up-front schedule's, when the method keeps the default selection; none after the last round."""
-        if r >= self.cfg.rounds or self.method.select.__func__ is not Method.select:  # bound: wrappers too
+        if r >= self.cfg.rounds or not self.method.static_selection:
             return []
         return self.schedule[r]
 

@@ -144,11 +144,21 @@ class Method:
     #: Peak bytes of the tensors the method held in its last ``fit`` (``methods/footprint.py``;
     #: 0: not measured). ``FedAvg.train`` measures it, the engine reports it in ``rounds.csv``.
     training_bytes: int = 0
+    #: A round's clients are the run's up-front schedule (``select`` is not overridden), so the
+    #: engine knows them before the round (a checkpoint then leaves out what their fit rebuilds).
+    #: Derived once when a class is defined, unless the class sets it.
+    static_selection: ClassVar[bool] = True
+    #: A model's outputs depend on the other windows of its batch (HART's code-faithful LiteFormer):
+    #: each window set is then evaluated in its own batches, never cut from a pooled pass.
+    batch_dependent_outputs: bool = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if "devices" not in cls.__dict__:
             cls.devices = ("cpu",)
+        if "static_selection" not in cls.__dict__:
+            cls.static_selection = "select" not in cls.__dict__ and all(
+                getattr(base, "static_selection", True) for base in cls.__bases__)
 
     def __init__(self, task: Task, options: Options) -> None:
         self.task = task

@@ -49,9 +49,10 @@ def can_vectorize(model: nn.Module) -> bool:
 
 def train_flops_per_window(model: nn.Module, window: int, channels: int, num_classes: int) -> float:
     """Forward + backward FLOPs of one window of a training step (batch of 8, counted by torch)."""
-    x = torch.zeros(8, window, channels)
+    device = next(model.parameters()).device
+    x = torch.zeros(8, window, channels, device=device)
     with FlopCounterMode(display=False) as counter:
-        F.cross_entropy(model(x), torch.zeros(8, dtype=torch.long)).backward()
+        F.cross_entropy(model(x), torch.zeros(8, dtype=torch.long, device=device)).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / 8
 
@@ -98,15 +99,18 @@ def train_together(
     persisted buffer, else ``buf = momentum * buf + g``; ``w -= lr * buf``. Clipping as
     ``clip_grad_norm_``: each client's gradients scaled by ``min(1, clip / (norm + 1e-6))``.
     The loss is cross-entropy, or with ``regression`` the squared error of the single output.
+    Everything runs on the model's device; the batch order is drawn on the CPU, as for one client.
     """
     names = [n for n, _ in model.named_parameters()]
-    x = torch.cat([j.x for j in jobs] + [torch.zeros_like(jobs[0].x[:1])])
-    y = torch.cat([j.y for j in jobs] + [torch.zeros_like(jobs[0].y[:1])])
+    device = next(model.parameters()).device
+    x = torch.cat([j.x for j in jobs] + [torch.zeros_like(jobs[0].x[:1])]).to(device)
+    y = torch.cat([j.y for j in jobs] + [torch.zeros_like(jobs[0].y[:1])]).to(device)
     index, mask, counts = _schedule(jobs, epochs, batch_size, shuffle)
-    w = {n: torch.stack([j.weights[n] for j in jobs]).float() for n in names}
-    fresh = torch.tensor([j.momentum is None for j in jobs])
-    buf = {n: torch.stack([torch.zeros_like(j.weights[n]) if j.momentum is None else j.momentum[n] for j in jobs])
-           for n in names}
+    index, mask = index.to(device), mask.to(device)
+    w = {n: torch.stack([j.weights[n] for j in jobs]).float().to(device) for n in names}
+    fresh = torch.tensor([j.momentum is None for j in jobs], device=device)
+    buf = {n: torch.stack([torch.zeros_like(j.weights[n]) if j.momentum is None else j.momentum[n]
+                           for j in jobs]).to(device) for n in names}
     model.train()
 
     def loss_of(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
@@ -118,7 +122,7 @@ def train_together(
         return (per_window * mb).sum() / mb.sum().clamp(min=1.0)
 
     step_fn = vmap(grad_and_value(loss_of))
-    total = torch.zeros(len(jobs))
+    total = torch.zeros(len(jobs), device=device)
     for s in range(index.shape[0]):
         rows, mb = index[s], mask[s]
         active = mb.sum(1) > 0
@@ -139,6 +143,7 @@ def train_together(
                     g = torch.where(first, g, momentum * buf[n] + g)
                     buf[n] = torch.where(active.view_as(first), g, buf[n])
                 w[n] = torch.where(active.view(-1, *[1] * (g.dim() - 1)), w[n] - lr * g, w[n])
+    total = total.cpu()
     return [
         ClientResult({n: w[n][k] for n in names}, {n: buf[n][k] for n in names} if momentum else {},
                      float(total[k]) / counts[k] if counts[k] else float("nan"))

@@ -87,6 +87,8 @@ def overlapping_crops(length: int, batch: int, min_crop: int, generator: torch.G
 
 
 def take_windows(x: torch.Tensor, start: torch.Tensor, length: int) -> torch.Tensor:
-    """``x[i, start[i] : start[i] + length]`` for every sample (``[B, T, C] -> [B, length, C]``)."""
-    idx = start.unsqueeze(1) + torch.arange(length).unsqueeze(0)
+    """``x[i, start[i] : start[i] + length]`` for every sample (``[B, T, C] -> [B, length, C]``);
+    ``start`` may be on the host (the crops' draws): the index is made there and copied to ``x``'s
+    device without waiting for its queued work."""
+    idx = (start.unsqueeze(1) + torch.arange(length, device=start.device).unsqueeze(0)).to(x.device, non_blocking=True)
     return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))

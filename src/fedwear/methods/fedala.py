@@ -48,7 +48,7 @@ from torch import nn
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Record, Task
 from fedwear.methods.fedavg import PARTS, FedAvg, tensors
-from fedwear.methods.training import load_arrays, model_arrays
+from fedwear.methods.training import host, load_arrays, model_arrays
 from fedwear.seeding import derive_seed
 
 #: Prefix of the ALA weights in a client state (``ala.<parameter name>``).
@@ -92,6 +92,7 @@ def ala_combine(local: torch.Tensor, glob: torch.Tensor, weight: torch.Tensor) -
 
 class FedALA(FedAvg):
     name = "fedala"
+    devices = ("cpu", "cuda")
     summary = ("FedALA (Zhang et al. 2023): each client merges the global model into its own by learnt "
                "element-wise weights on the top layers (ALA), then trains; the server averages.")
     Options = FedALAOptions
@@ -127,9 +128,9 @@ class FedALA(FedAvg):
         if all(np.array_equal(glob[n], local[n]) for n in top):
             load_arrays(model, start)
             return start, weights, []
-        g = {n: torch.from_numpy(np.array(glob[n])) for n in top}
-        lo = {n: torch.from_numpy(np.array(local[n])) for n in top}
-        w = {n: torch.ones_like(g[n]) if weights is None else torch.from_numpy(np.array(weights[n])) for n in top}
+        g = {n: self.on_device(np.array(glob[n])) for n in top}
+        lo = {n: self.on_device(np.array(local[n])) for n in top}
+        w = {n: torch.ones_like(g[n]) if weights is None else self.on_device(np.array(weights[n])) for n in top}
         load_arrays(model, start)
         params = dict(model.named_parameters())
         lower = [p for n, p in params.items() if n not in top and p.requires_grad]
@@ -142,7 +143,8 @@ class FedALA(FedAvg):
                     params[n].copy_(ala_combine(lo[n], g[n], w[n]))
             model.train()
             while True:
-                total, batches = 0.0, 0
+                # float64 on the device, as Python's float sum: one copy to the host per pass
+                total, batches = torch.zeros((), dtype=torch.float64, device=x.device), 0
                 for i in range(0, len(y), self.batch_size):
                     model.zero_grad(set_to_none=True)
                     loss = self.criterion(model(x[i:i + self.batch_size]), y[i:i + self.batch_size])
@@ -153,9 +155,9 @@ class FedALA(FedAvg):
                             if grad is not None:  # a tensor the loss does not reach keeps its W
                                 w[n] = ala_weight_step(w[n], grad, lo[n], g[n], self.opt.eta)
                             params[n].copy_(ala_combine(lo[n], g[n], w[n]))
-                    total += float(loss.detach())
+                    total += loss.detach().double()
                     batches += 1
-                losses.append(total / max(batches, 1))
+                losses.append(float(total) / max(batches, 1))
                 if not first or len(losses) >= self.opt.max_ala_epochs:
                     break
                 recent = losses[-self.opt.loss_window:]
@@ -165,8 +167,8 @@ class FedALA(FedAvg):
             for p in lower:
                 p.requires_grad_(True)
             model.zero_grad(set_to_none=True)
-        merged = {**start, **{n: params[n].detach().numpy().copy() for n in top}}
-        return merged, {n: w[n].numpy().copy() for n in top}, losses
+        merged = {**start, **{n: host(params[n]).copy() for n in top}}
+        return merged, {n: host(w[n]).copy() for n in top}, losses
 
     def fit(self, down: Record, state: Record, data: ClientData, round: int, seed: int) -> tuple[Record, Record]:
         torch.manual_seed(seed)
@@ -177,7 +179,7 @@ class FedALA(FedAvg):
         x, y = tensors(data)
         part = self.ala_slice(len(y), seed)
         merged, weights, _ = self.adaptive_local_aggregation(
-            model, glob, local, weights, x[part], y[part], first=weights is None)
+            model, glob, local, weights, x[part].to(self.device), y[part].to(self.device), first=weights is None)
         load_arrays(model, merged)
         self.begin_fit(model, down, state)
         opt = self.optimizer(model, PARTS, state)

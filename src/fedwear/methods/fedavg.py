@@ -7,6 +7,8 @@ or the predictors.
 
 from __future__ import annotations
 
+import logging
+import math
 from functools import cached_property
 from typing import ClassVar
 
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedwear.data.types import ClientData
+from fedwear.errors import FedwearError
 from fedwear.evaluation.predictor import Predictor, digest
 from fedwear.methods import batched
 from fedwear.methods.api import FitJob, Method, Plan, Record, Task
@@ -24,6 +27,7 @@ from fedwear.methods.footprint import tensor_bytes
 from fedwear.methods.training import (
     LocalOptimizer,
     LossFn,
+    host,
     load_arrays,
     make_optimizer,
     model_arrays,
@@ -33,15 +37,19 @@ from fedwear.methods.training import (
 )
 from fedwear.models import SplitModel, build_model
 
+log = logging.getLogger("fedwear")
 PARTS = ("body", "head")
 #: Prefix of the client's trained model in its state (``evaluation.personal_model: trained``).
 TRAINED = "trained."
-#: Hooks that define the local step; a subclass overriding any of them trains client by client.
+#: Hooks that define the local step: a subclass overriding any of them must declare
+#: ``plain_step = False`` (``tests/test_capabilities.py`` holds every class to it).
 STEP_HOOKS = ("fit", "load", "begin_fit", "optimizer", "train", "loss", "before_step", "after_step", "client_state")
-#: Above this many training FLOPs per window, clients train one after another even with
-#: ``engine: batched``: the step is compute-bound and batching clients saves nothing
-#: (benchmarks/speed.py, docs/performance.md).
-VECTORIZE_MAX_TRAIN_FLOPS = 2e6
+#: Per device, above this many training FLOPs per window clients train one after another even
+#: with ``engine: batched``. On the CPU the step is then compute-bound and batching saves nothing
+#: (``benchmarks/batched_crossover.py``, docs/performance.md). On a GPU one client's step leaves
+#: most of the chip idle at any size fedwear's models reach, so clients always train together
+#: there (``benchmarks/batched_crossover.py --device cuda`` measures it).
+VECTORIZE_MAX_TRAIN_FLOPS = {"cpu": 2e6, "cuda": math.inf}
 
 
 class FedAvg(Method):
@@ -55,6 +63,15 @@ class FedAvg(Method):
     personal: ClassVar[tuple[str, ...]] = ()
     #: The server state is a mean of the replied arrays (central DP and secure aggregation apply).
     mean_aggregation: ClassVar[bool] = True
+    #: The local step is FedAvg's own (no ``STEP_HOOKS`` overridden): ``engine: batched`` may train
+    #: a round's clients together. Declared by each class, never inherited, like ``devices``.
+    plain_step: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "plain_step" not in cls.__dict__:  # derived once, when the class is defined
+            cls.plain_step = not any(h in cls.__dict__ for h in STEP_HOOKS) and all(
+                base.plain_step for base in cls.__bases__ if issubclass(base, FedAvg))
 
     def __init__(self, task: Task, options: BaseOptions) -> None:
         super().__init__(task, options)
@@ -63,6 +80,7 @@ class FedAvg(Method):
         self.initial = model_arrays(self.model, PARTS)
         self.local_epochs = cfg.local_epochs
         self.batch_size = cfg.batch_size
+        self.batch_dependent_outputs = self.model.batch_dependent
 
     # ---- model helpers ------------------------------------------------------------------
     def new_model(self) -> SplitModel:
@@ -74,6 +92,10 @@ class FedAvg(Method):
                 cfg.model.name, self.task.window, self.task.channels, self.task.num_outputs,
                 **cfg.model.options,
             ).to(self.device)
+
+    def on_device(self, a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """An array as a tensor on the model's device (no copy on the CPU)."""
+        return torch.from_numpy(np.asarray(a)).to(self.device, dtype)
 
     def load(self, down: Record, state: Record) -> SplitModel:
         """Reuse the one model object: initial weights, then the server's parts, then the
@@ -187,41 +209,62 @@ class FedAvg(Method):
                 momentum = {n: torch.from_numpy(np.array(b)) for n, b in zip(names, buffers, strict=True)}
             x, y = tensors(data)
             work.append(batched.ClientJob({n: torch.from_numpy(np.asarray(start[n])) for n in names}, x, y, seed, momentum))
-        cfg = self.task.config
-        o = cfg.optimizer
-        results = batched.train_together(
-            model, work, epochs=self.local_epochs, batch_size=self.batch_size, lr=o.lr, momentum=o.momentum,
-            weight_decay=o.weight_decay, clip=cfg.grad_clip, regression=self.task.kind == "regression",
-        )
+        results = self.train_together(work)
         out = []
         for (_, _, data, _), res in zip(jobs, results, strict=True):
-            arrays = {n: w.detach().numpy().copy() for n, w in res.weights.items()}
+            arrays = {n: host(w).copy() for n, w in res.weights.items()}
             up = Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
                         {"num_examples": len(data.train), "loss": res.loss})
             kept = {n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.personal}
             if self.keeps_trained:
                 kept.update({TRAINED + n: a for n, a in arrays.items()})
             if persist and res.momentum:
-                kept.update({f"{prefix}{i}.momentum_buffer": res.momentum[n].numpy().copy()
+                kept.update({f"{prefix}{i}.momentum_buffer": host(res.momentum[n]).copy()
                              for i, n in enumerate(names)})
             out.append((up, Record(kept)))
         return out
 
+    def train_together(self, work: list[batched.ClientJob]) -> list[batched.ClientResult]:
+        """:func:`batched.train_together` of the jobs; on a GPU in chunks of at most
+        ``_max_together`` clients, halved whenever the GPU runs out of memory (the clients are
+        independent: their numbers do not depend on the chunks)."""
+        cfg = self.task.config
+        o = cfg.optimizer
+        results: list[batched.ClientResult] = []
+        while len(results) < len(work):
+            chunk = work[len(results):len(results) + self._max_together]
+            try:
+                results += batched.train_together(
+                    self.model, chunk, epochs=self.local_epochs, batch_size=self.batch_size, lr=o.lr,
+                    momentum=o.momentum, weight_decay=o.weight_decay, clip=cfg.grad_clip,
+                    regression=self.task.kind == "regression")
+            except torch.cuda.OutOfMemoryError:
+                if len(chunk) == 1:
+                    raise FedwearError(f"device=cuda: one client's training does not fit in the GPU's memory "
+                                       f"(batch_size={self.batch_size}); lower batch_size or use device=cpu") from None
+                self._max_together = max(1, len(chunk) // 2)
+                torch.cuda.empty_cache()
+                log.warning("engine=batched: %d clients did not fit in the GPU's memory together; training at most "
+                            "%d at once from now on", len(chunk), self._max_together)
+        return results
+
+    #: How many clients ``train_together`` trains at once (halved on a GPU out of memory).
+    _max_together: int = 1 << 30
+
     @cached_property
     def vectorizable(self) -> bool:
-        """Whether ``fit_many`` can train clients together: FedAvg's step hooks, SGD without a
-        scheduler, every parameter trained, a pure model (no buffers or dropout) small enough
-        for batching to pay (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
+        """Whether ``fit_many`` can train clients together: FedAvg's step (``plain_step``), SGD
+        without a scheduler in fp32, every parameter trained, a pure model (no buffers or
+        dropout) small enough for batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
         o, t = self.task.config.optimizer, self.task
         trained = set(self.shared + self.personal)
         return (
-            self.device == "cpu" and not self.task.config.drop_last
-            and all(getattr(type(self), h) is getattr(FedAvg, h) for h in STEP_HOOKS)
+            self.plain_step and not self.task.config.drop_last and self.task.config.precision == "fp32"
             and o.name == "sgd" and o.scheduler == "none"
             and all(n.split(".", 1)[0] in trained for n, _ in self.model.named_parameters())
             and batched.can_vectorize(self.model)
             and batched.train_flops_per_window(self.model, t.window, t.channels, t.num_outputs)
-            <= VECTORIZE_MAX_TRAIN_FLOPS
+            <= VECTORIZE_MAX_TRAIN_FLOPS[torch.device(self.device).type]
         )
 
     def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:

@@ -79,7 +79,7 @@ from fedwear.evaluation.predictor import Predictor
 from fedwear.methods.api import Options, Plan, Record, Task
 from fedwear.methods.fedavg import PARTS, tensors
 from fedwear.methods.soft_clustering import CLUSTER, ClusterModels
-from fedwear.methods.training import load_arrays, model_arrays
+from fedwear.methods.training import host, load_arrays, model_arrays
 from fedwear.models import SplitModel
 from fedwear.seeding import derive_seed
 
@@ -146,6 +146,7 @@ def combine(models: list[dict[str, np.ndarray]], weights: np.ndarray) -> dict[st
 
 class FedCE(ClusterModels):
     name = "fedce"
+    devices = ("cpu", "cuda")
     summary = ("FedCE (Cai et al. 2023), reconstructed: losses of K cluster models on a few batches vote for "
                "soft memberships; clients start from the membership mix, the server averages per cluster.")
     Options = FedCEOptions
@@ -201,15 +202,15 @@ class FedCE(ClusterModels):
         order = torch.from_numpy(np.random.default_rng(derive_seed(seed, "fedce.batches")).permutation(n))
         batches = min(self.opt.feature_batches, -(-n // bs))
         idx = order[:batches * bs]
-        xs, ys = x[idx], y[idx]
-        out = np.zeros((batches, self.opt.clusters))
-        for k, arrays in enumerate(self.cluster_models(down)):
+        xs, ys = x[idx].to(self.device), y[idx].to(self.device)  # the drawn windows only
+        losses = []
+        for arrays in self.cluster_models(down):
             model = self.loaded(arrays)
             model.eval()
             pred = model(xs)
-            for b in range(batches):
-                out[b, k] = float(self.criterion(pred[b * bs:(b + 1) * bs], ys[b * bs:(b + 1) * bs]))
-        return out
+            losses.append(torch.stack([self.criterion(pred[b * bs:(b + 1) * bs], ys[b * bs:(b + 1) * bs])
+                                       for b in range(batches)]))
+        return host(torch.stack(losses, dim=1)).astype(np.float64)  # [S, K]: one copy to the host
 
     def memberships(self, down: Record, data: ClientData, seed: int) -> np.ndarray:
         """``u_i`` (steps 2-3)."""

@@ -32,7 +32,7 @@ from torch import nn
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
-from fedwear.methods.training import model_arrays
+from fedwear.methods.training import host, model_arrays
 from fedwear.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class FedHomeOptions(Options):
 
 class FedHome(FedAvg):
     name = "fedhome"
+    devices = ("cpu", "cuda")  # SMOTE runs on the host, on the representations moved there once per fit
     summary = "FedHome (Wu et al. 2020): FedAvg, then each client trains its own head on SMOTE-balanced representations."
     kinds = ("classification",)  # class prototypes / class balancing
     Options = FedHomeOptions
@@ -110,7 +111,7 @@ class FedHome(FedAvg):
         appearance and balanced by SMOTE (original samples first, then the synthetic ones)."""
         x, y = tensors(data)
         with torch.no_grad():
-            r = model.eval().features(x).numpy()
+            r = host(model.eval().features(x.to(self.device)))
         labels = y.numpy()
         classes, first, counts = np.unique(labels, return_index=True, return_counts=True)
         order = np.argsort(first)  # the code's Counter order: first appearance

@@ -59,6 +59,7 @@ class FedMAT(FedAvg):
     summary = ("FedMAT (Shen et al. 2022): a shared network trained with a pairwise loss; each user's attention "
                "masks on its activations and head are fine-tuned locally (budgets e2, e4) and never shared.")
     Options = FedMATOptions
+    devices = ("cpu", "cuda")
     kinds = ("classification",)
     budgets = ("e2", "e4")
     shared = ("body",)
@@ -98,7 +99,7 @@ class FedMAT(FedAvg):
         the initial one) and its head over ``classes`` (kept, else new from ``seed``)."""
         model = self.load(Record({k: v for k, v in shared.arrays.items() if k.startswith("body.")}),
                           Record({k: v for k, v in kept.items() if k.startswith(CLIENT)}))
-        model.head.fc = user_head(self.hidden, classes, kept, seed)
+        model.head.fc = user_head(self.hidden, classes, kept, seed, self.device)
         return model
 
     def user_loss(self, model, x, y):
@@ -119,7 +120,7 @@ class FedMAT(FedAvg):
         """Each budget's fine-tuning from ``kept``; with ``carry`` a budget starts from the client
         network and head the previous one left, and those are returned to keep."""
         classes = own_classes(self.task.client_classes, data.client_id, data.train.y)
-        x, y = tensors(data)
+        x, y = (t.to(self.device) for t in tensors(data))  # once for every stage and budget
         local_y = local_labels(y, classes)
         evaluate = {}
         for budget in self.budgets:
@@ -127,7 +128,7 @@ class FedMAT(FedAvg):
             torch.manual_seed(derive_seed(seed, "dropout", epochs))  # the same draws on every engine
             model = self.user_model(down, kept, classes, derive_seed(seed, "head"))
             stage1 = self.optimizer(model, ("body",), Record(), name="stage1")
-            self.train(model, stage1, data, derive_seed(seed, "pairs", epochs), epochs=epochs)
+            self.train(model, stage1, data, derive_seed(seed, "pairs", epochs), epochs=epochs, x=x, y=y)
             model.copy_shared_to_client()
             stage2 = self.optimizer(model, ("body", "head"), Record(), name="stage2")
             self.train(model, stage2, data, derive_seed(seed, "ce", epochs), epochs=epochs, x=x, y=local_y,
@@ -146,7 +147,7 @@ class FedMAT(FedAvg):
         classes = tuple(int(k) for k in state.arrays[CLASSES])
         model = self.user_model(state, dict(state.arrays), classes, 0).eval()
         key = digest((k, v) for k, v in sorted(state.arrays.items()))
-        return Predictor(model, None, key, "fedmat", classes=classes)
+        return Predictor(model, None, key, "fedmat", self.device, classes)
 
 
 __all__ = ["FedMAT", "FedMATOptions"]

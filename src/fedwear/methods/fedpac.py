@@ -101,7 +101,7 @@ from fedwear.methods.api import Options, Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
 from fedwear.methods.fedrep import frozen
 from fedwear.methods.prototypes import COUNT, MASK, PROTO
-from fedwear.methods.training import model_arrays, weighted_mean
+from fedwear.methods.training import host, model_arrays, weighted_mean
 from fedwear.seeding import derive_seed
 
 #: The reply's feature statistics: ``h`` ([Q, k]) and ``v`` (float64 ``[1]``: Flower's arrays
@@ -147,17 +147,18 @@ def feature_statistics(z: torch.Tensor, y: torch.Tensor, num_classes: int
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Class means ``[Q, k]`` (float32; zero rows for absent classes), counts ``[Q]`` (float32),
     ``h = p_j * mu_j`` ``[Q, k]`` (float32) and ``v`` (float64 ``[1]``) of features ``z`` ``[N, k]``
-    with labels ``y`` (see the module docstring; FedAli's and the authors' estimator)."""
-    z = z.detach().double()
+    with labels ``y`` (see the module docstring; FedAli's and the authors' estimator), on the
+    host; computed on ``z``'s device."""
+    z, y = z.detach().double(), y.to(z.device)
     n = len(y)
     counts = torch.bincount(y, minlength=num_classes).double()
     safe = counts.clamp(min=1)
-    means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(0, y, z) / safe[:, None]
-    second = torch.zeros(num_classes, dtype=torch.float64).index_add_(0, y, (z * z).sum(1)) / safe  # tr E[zz^T|j]
+    means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device).index_add_(0, y, z) / safe[:, None]
+    second = torch.zeros(num_classes, dtype=torch.float64, device=z.device).index_add_(0, y, (z * z).sum(1)) / safe  # tr E[zz^T|j]
     p = counts / max(n, 1)
     h = p[:, None] * means
     v = float((p * second - p**2 * (means * means).sum(1)).sum()) / max(n, 1)
-    return (means.float().numpy(), counts.float().numpy(), h.float().numpy(), np.array([v], np.float64))
+    return (host(means.float()), host(counts.float()), host(h.float()), np.array([v], np.float64))
 
 
 def clip_eigenvalues(matrix: np.ndarray, clip: float) -> np.ndarray:
@@ -227,6 +228,7 @@ def combination_weights(h: np.ndarray, v: np.ndarray, eig_clip: float = 0.01, fl
 # ---- the method ---------------------------------------------------------------------------------
 class FedPAC(FedAvg):
     name = "fedpac"
+    devices = ("cpu", "cuda")  # the QP and the head combination run on the server's numpy arrays
     summary = ("FedPAC (Xu et al. 2023): head step, then the body with feature alignment to global prototypes; "
                "bodies averaged, each client's head a QP-weighted combination of the round's heads.")
     kinds = ("classification",)  # class prototypes and per-class statistics
@@ -238,7 +240,8 @@ class FedPAC(FedAvg):
     def __init__(self, task: Task, options: FedPACOptions) -> None:
         super().__init__(task, options)
         with torch.no_grad():
-            self.dim = int(self.model.eval().features(torch.zeros(2, task.window, task.channels)).shape[1])
+            probe = torch.zeros(2, task.window, task.channels, device=self.device)
+            self.dim = int(self.model.eval().features(probe).shape[1])
         self.model.train()
         self.body_keys = [k for k in self.initial if k.startswith("body.")]
         self.head_keys = [k for k in self.initial if k.startswith("head.")]
@@ -330,30 +333,31 @@ class FedPAC(FedAvg):
         o, q = self.options, self.task.num_classes
         # the server's combined head (in down) wins over the head the client kept
         model = self.load(Record({**state.arrays, **down.arrays}), Record())
-        x, y = tensors(data)
+        x, y = tensors(data)  # the host's (for the class bookkeeping below) and the device's copy
+        xd, yd = x.to(self.device), y.to(self.device)
         head_opt = self.optimizer(model, ("head",), state, name="head",
                                   lr=o.head_lr_factor * self.task.config.optimizer.lr)
         with frozen(model.body):
-            self.train(model, head_opt, data, seed, epochs=o.head_epochs, loss_fn=self.head_loss)
+            self.train(model, head_opt, data, seed, epochs=o.head_epochs, loss_fn=self.head_loss, x=xd, y=yd)
 
         glob = torch.from_numpy(down.arrays[PROTO]).float()
         mask = torch.from_numpy(down.arrays[MASK]).bool()
         present = torch.bincount(y, minlength=q) > 0
         received = None
         if o.statistics == "received" or bool((present & ~mask).any()):
-            received = feature_statistics(self.embed(model, x), y, q)  # the body as received
+            received = feature_statistics(self.embed(model, xd), yd, q)  # the body as received
         if received is not None:
             own = torch.from_numpy(received[0])
             glob = torch.where(mask[:, None], glob, own)
-        self.targets, self.target_mask = glob, (mask | present).float()
+        self.targets, self.target_mask = glob.to(self.device), (mask | present).float().to(self.device)
         body_opt = self.optimizer(model, ("body",), state, name="body")
         try:
             with frozen(model.head):
-                loss = self.train(model, body_opt, data, derive_seed(seed, "body"))
+                loss = self.train(model, body_opt, data, derive_seed(seed, "body"), x=xd, y=yd)
         finally:
             self.targets = self.target_mask = None
 
-        means, counts, h, v = feature_statistics(self.embed(model, x), y, q)
+        means, counts, h, v = feature_statistics(self.embed(model, xd), yd, q)
         if o.statistics == "received":
             _, _, h, v = received
         up = Record({**model_arrays(model, ("body", "head")), PROTO: means, COUNT: counts, STAT_H: h, STAT_V: v},

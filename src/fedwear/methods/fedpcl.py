@@ -117,14 +117,15 @@ class Projected(SplitModel):
     def __init__(self, model: SplitModel, window: int, channels: int, dim: int, outputs: int) -> None:
         super().__init__()
         with torch.no_grad():
-            k = model.eval().body(torch.zeros(2, window, channels)).shape[1]
+            probe = torch.zeros(2, window, channels, device=next(model.parameters()).device)
+            k = model.eval().body(probe).shape[1]
         self.body = nn.Sequential(model.body, Projection(k, dim))
         self.head = nn.Linear(dim, outputs)
         self.train()
 
 
 def prototype_contrastive_loss(z: torch.Tensor, key: torch.Tensor, protos: torch.Tensor,
-                               mask: torch.Tensor, tau: float) -> torch.Tensor:
+                               mask: torch.Tensor, tau: float, any_present: bool | None = None) -> torch.Tensor:
     """FedPCL's prototype-wise contrastive loss (Sec. 4.2): ``L_g`` with ``protos`` = the global
     prototypes ``[Q, d]``, ``L_p`` with ``protos`` = the clients' sets ``[m, Q, d]`` (averaged
     over the m sets).
@@ -132,11 +133,15 @@ def prototype_contrastive_loss(z: torch.Tensor, key: torch.Tensor, protos: torch
     For each sample b and set: ``-log softmax_j(z_b · C_j / τ)[key_b]`` over the prototypes j
     with ``mask[j] = 1``. A sample whose key has no prototype adds 0 but counts in the batch
     mean (as FedProto's regulariser, ``prototypes.targets``). Zero without prototypes.
+    ``any_present``: whether ``mask`` has a 1, when the caller knows it on the host (reading it
+    from ``mask`` waits for the device); None: read from ``mask``.
     """
     if protos.dim() == 2:
         protos = protos.unsqueeze(0)
     present = mask.bool()
-    if protos.shape[0] == 0 or not present.any():
+    if any_present is None:
+        any_present = bool(present.any())
+    if protos.shape[0] == 0 or not any_present:
         return z.new_zeros(())
     logits = torch.einsum("bd,mqd->mbq", z, protos) / tau
     log_p = F.log_softmax(logits.masked_fill(~present, float("-inf")), dim=-1)
@@ -146,6 +151,7 @@ def prototype_contrastive_loss(z: torch.Tensor, key: torch.Tensor, protos: torch
 
 class FedPCL(FedAvg):
     name = "fedpcl"
+    devices = ("cpu", "cuda")
     summary = ("FedPCL (Tan et al. 2022): clients keep their models and share class prototypes; a projection "
                "is trained with contrastive losses to the global and every client's prototypes (regression: "
                "prototypes of target bins, fedwear's adaptation).")
@@ -168,7 +174,7 @@ class FedPCL(FedAvg):
         with torch.random.fork_rng():
             torch.manual_seed(self.task.config.seed)
             t = self.task
-            return Projected(model, t.window, t.channels, self.options.projection_dim, t.num_outputs)
+            return Projected(model, t.window, t.channels, self.options.projection_dim, t.num_outputs).to(self.device)
 
     # ---- server -------------------------------------------------------------------------
     def init_server(self) -> Record:
@@ -195,9 +201,10 @@ class FedPCL(FedAvg):
     # ---- client -------------------------------------------------------------------------
     def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
         """Keep this round's global prototypes, their mask and the clients' prototype sets."""
-        self.global_proto = torch.from_numpy(down.arrays[PROTO])
-        self.global_mask = torch.from_numpy(down.arrays[MASK])
-        self.proto_set = torch.from_numpy(down.arrays[PROTO_SET])
+        self.global_proto = self.on_device(down.arrays[PROTO])
+        self.global_mask = self.on_device(down.arrays[MASK])
+        self.proto_set = self.on_device(down.arrays[PROTO_SET])
+        self.any_present = bool(down.arrays[MASK].any())  # on the host: no wait for the device per batch
 
     def represent(self, model: Projected, x: torch.Tensor) -> torch.Tensor:
         """``z``; with a frozen backbone its features come from eval mode without gradients."""
@@ -214,8 +221,9 @@ class FedPCL(FedAvg):
         o = self.options
         z = self.represent(model, x)
         key = prototypes.keys(y, self.task, o)
-        con = (prototype_contrastive_loss(z, key, self.global_proto, self.global_mask, o.temperature)
-               + prototype_contrastive_loss(z, key, self.proto_set, self.global_mask, o.temperature))
+        mask, known = self.global_mask, self.any_present
+        con = (prototype_contrastive_loss(z, key, self.global_proto, mask, o.temperature, known)
+               + prototype_contrastive_loss(z, key, self.proto_set, mask, o.temperature, known))
         out = model.head(z if o.task_loss else z.detach())
         return self.criterion(out, y) + o.ld * con
 
@@ -234,7 +242,7 @@ class FedPCL(FedAvg):
         x, y = tensors(data)
         model.eval()
         with torch.no_grad():
-            z = model.features(x)
+            z = model.features(x.to(self.device))
         return prototypes.class_means(z, prototypes.keys(y, self.task, self.options), self.num_keys)
 
     def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:

@@ -66,6 +66,7 @@ class FedProtoOptions(TargetBinOptions):
 
 class FedProto(FedAvg):
     name = "fedproto"
+    devices = ("cpu", "cuda")
     summary = ("FedProto (Tan et al. 2022): clients keep their models and share class prototypes, pulled toward "
                "the global ones (regression: prototypes of target bins, fedwear's adaptation).")
     kinds = ("classification", "regression")  # regression: target bins as classes (module docstring)
@@ -77,7 +78,7 @@ class FedProto(FedAvg):
     def __init__(self, task: Task, options: FedProtoOptions) -> None:
         super().__init__(task, options)
         with torch.no_grad():
-            self.dim = int(self.model.eval().features(torch.zeros(1, task.window, task.channels)).shape[1])
+            self.dim = int(self.model.eval().features(torch.zeros(1, task.window, task.channels, device=self.device)).shape[1])
         #: Prototypes per message: classes, or target bins for a regression task.
         self.num_keys = prototypes.num_keys(task, options)
 
@@ -99,8 +100,8 @@ class FedProto(FedAvg):
     # ---- client -------------------------------------------------------------------------
     def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
         """Keep this round's global prototypes; nothing is recorded unless ``fit`` asks."""
-        self.global_proto = torch.from_numpy(down.arrays[PROTO])
-        self.global_mask = torch.from_numpy(down.arrays[MASK])
+        self.global_proto = self.on_device(down.arrays[PROTO])
+        self.global_mask = self.on_device(down.arrays[MASK])
         self.seen: deque | None = None
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from fedwear.data.types import ClientData
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import tensors
 from fedwear.methods.soft_clustering import SoftClustered, SoftClusterOptions, U, importance
-from fedwear.methods.training import load_arrays
+from fedwear.methods.training import host, load_arrays
 
 ESTIMATE, TRAIN = 1, 2
 
@@ -36,6 +36,7 @@ class FedSoftOptions(SoftClusterOptions):
 
 class FedSoft(SoftClustered):
     name = "fedsoft"
+    devices = ("cpu", "cuda")
     summary = "FedSoft (Ruan and Joe-Wong 2022): soft clustered FL, importance weights from the cluster models' per-window losses."
     Options = FedSoftOptions
 
@@ -82,7 +83,7 @@ class FedSoft(SoftClustered):
 
     def min_loss_counts(self, down: Record, data: ClientData) -> np.ndarray:
         """``n_ik``: the client's train windows on which cluster model k has the lowest loss."""
-        x, y = tensors(data)
+        x, y = (t.to(self.device) for t in tensors(data))
         model = self.model
         losses = []
         for k in range(self.options.clusters):
@@ -91,7 +92,7 @@ class FedSoft(SoftClustered):
             with torch.no_grad():
                 out = torch.cat([model(x[i:i + 1024]) for i in range(0, len(x), 1024)])
             losses.append(self.per_window_loss(out, y))
-        best = torch.stack(losses).argmin(dim=0).numpy()
+        best = host(torch.stack(losses).argmin(dim=0))
         return np.bincount(best, minlength=self.options.clusters).astype(np.float64)
 
     def per_window_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

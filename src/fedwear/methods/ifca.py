@@ -30,7 +30,7 @@ from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Plan, Record, Task
 from fedwear.methods.fedavg import PARTS, tensors
 from fedwear.methods.soft_clustering import CLUSTER, ClusterModels
-from fedwear.methods.training import load_arrays, model_arrays, weighted_mean
+from fedwear.methods.training import host, load_arrays, model_arrays, weighted_mean
 from fedwear.models import SplitModel
 
 #: Scalar of a reply (and of a personalized state): the index of the chosen cluster model.
@@ -47,6 +47,7 @@ class IFCAOptions(Options):
 
 class IFCA(ClusterModels):
     name = "ifca"
+    devices = ("cpu", "cuda")
     summary = ("IFCA (Ghosh et al. 2020): K cluster models; each client trains the one with the lowest loss "
                "on its data and the server averages each cluster's replies.")
     Options = IFCAOptions
@@ -91,19 +92,20 @@ class IFCA(ClusterModels):
 
     @torch.no_grad()
     def cluster_losses(self, down: Record, data: ClientData) -> np.ndarray:
-        """The task's loss of every cluster model, averaged over the client's train windows."""
-        x, y = tensors(data)
+        """The task's loss of every cluster model, averaged over the client's train windows
+        (summed on the model's device in float64, as Python's float sum: one copy to the host)."""
+        x, y = (t.to(self.device) for t in tensors(data))
         bs = self.task.config.evaluation.batch_size
-        out = np.zeros(self.opt.clusters)
+        totals = []
         for k in range(self.opt.clusters):
             model = self.cluster_model(down, k)
             model.eval()
-            total = 0.0
+            total = torch.zeros((), dtype=torch.float64, device=x.device)
             for i in range(0, len(y), bs):
                 yb = y[i:i + bs]
-                total += float(self.criterion(model(x[i:i + bs]), yb)) * len(yb)
-            out[k] = total / max(len(y), 1)
-        return out
+                total += self.criterion(model(x[i:i + bs]), yb).double() * len(yb)
+            totals.append(total)
+        return host(torch.stack(totals)) / max(len(y), 1)
 
     def choose(self, down: Record, data: ClientData) -> int:
         """``argmin_k L(w_k; D_i)`` (IFCA's cluster identity estimate; the first k on ties)."""

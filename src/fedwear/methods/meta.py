@@ -24,6 +24,7 @@ from torch import nn
 from fedwear.evaluation.predictor import Predictor, digest
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import FedAvg
+from fedwear.methods.training import host
 
 USER = "user_head."
 CLASSES = "user_head.classes"
@@ -59,6 +60,7 @@ class Reptile(FedAvg):
     """FedAvg whose server takes a Reptile step (:func:`reptile_step`) towards the replies,
     taken in client order; the options give ``sigma`` and ``weighted``."""
 
+    devices = ("cpu", "cuda")  # numpy on the server; FedAvg's model and batches on the client
     mean_aggregation = False
 
     def aggregate(self, server, replies, round, plan=None):
@@ -74,9 +76,11 @@ def own_classes(classes: dict[str, tuple[int, ...]], client: str, y: np.ndarray)
     return classes.get(client) or tuple(int(k) for k in np.unique(y))
 
 
-def user_head(dim: int, classes: tuple[int, ...], arrays: dict[str, np.ndarray], seed: int) -> nn.Linear:
+def user_head(dim: int, classes: tuple[int, ...], arrays: dict[str, np.ndarray], seed: int,
+              device: str = "cpu") -> nn.Linear:
     """The client's head over its own classes: its kept weights when they match ``classes``, else
-    a new ``Linear(dim, C_u)`` initialised from ``seed``."""
+    a new ``Linear(dim, C_u)`` initialised from ``seed``; built on the CPU (the same draws on
+    every device), then moved to ``device``."""
     head = nn.Linear(dim, len(classes))
     kept = arrays.get(CLASSES)
     if kept is not None and tuple(int(k) for k in kept) == tuple(classes):
@@ -89,26 +93,26 @@ def user_head(dim: int, classes: tuple[int, ...], arrays: dict[str, np.ndarray],
         with torch.no_grad():
             head.weight.uniform_(-bound, bound, generator=g)
             head.bias.uniform_(-bound, bound, generator=g)
-    return head
+    return head.to(device)
 
 
 def head_arrays(head: nn.Linear, classes: tuple[int, ...]) -> dict[str, np.ndarray]:
-    return {USER + "weight": head.weight.detach().cpu().numpy().copy(),
-            USER + "bias": head.bias.detach().cpu().numpy().copy(),
+    return {USER + "weight": host(head.weight).copy(),
+            USER + "bias": host(head.bias).copy(),
             CLASSES: np.asarray(classes, np.int64)}
 
 
 def local_labels(y: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
     """Global labels -> indices into the client's own classes."""
-    return torch.searchsorted(torch.tensor(classes, dtype=y.dtype), y)
+    return torch.searchsorted(torch.tensor(classes, dtype=y.dtype, device=y.device), y)
 
 
-def user_predictor(features, arrays: dict[str, np.ndarray], body_key: str | None) -> Predictor:
-    """The embedding ``features`` with the client's head of ``arrays``, keyed by its weights."""
+def user_predictor(features, arrays: dict[str, np.ndarray], body_key: str | None, device: str = "cpu") -> Predictor:
+    """The embedding ``features`` (on ``device``) with the client's head of ``arrays``, keyed by its weights."""
     classes = tuple(int(k) for k in arrays[CLASSES])
-    head = user_head(arrays[USER + "weight"].shape[1], classes, arrays, 0).eval()
+    head = user_head(arrays[USER + "weight"].shape[1], classes, arrays, 0, device).eval()
     key = digest((k, v) for k, v in sorted(arrays.items()) if k.startswith(USER))
-    return Predictor(features, head, body_key, key, classes=classes)
+    return Predictor(features, head, body_key, key, device, classes)
 
 
 __all__ = ["CLASSES", "USER", "Reptile", "head_arrays", "local_labels", "own_classes", "pairwise_loss", "reptile_step",

@@ -77,6 +77,7 @@ class MetaHAR(Reptile):
     summary = ("Meta-HAR (Li et al. 2021): a federated embedding trained with a pairwise loss and Reptile steps; "
                "each user fine-tunes it and a head over its own activities (budgets n1-n3).")
     Options = MetaHAROptions
+    devices = ("cpu", "cuda")
     kinds = ("classification",)
     budgets = ("n1", "n2", "n3")
     shared = ("body",)
@@ -86,7 +87,8 @@ class MetaHAR(Reptile):
         if options.train_loss == "ce":
             self.shared = ("body", "head")  # Meta-HAR-CE: a global head trains the embedding
         with torch.no_grad():
-            self.dim = int(self.model.eval().features(torch.zeros(2, task.window, task.channels)).shape[1])
+            probe = torch.zeros(2, task.window, task.channels, device=self.device)
+            self.dim = int(self.model.eval().features(probe).shape[1])
 
     # ---- federated rounds ---------------------------------------------------------------
     def loss(self, model, x, y):
@@ -116,7 +118,7 @@ class MetaHAR(Reptile):
         torch.manual_seed(seed)  # any dropout in the fine-tuning: the same draws on every engine
         classes = own_classes(self.task.client_classes, data.client_id, data.train.y)
         kept = dict(state.arrays)
-        x, y = tensors(data)
+        x, y = (t.to(self.device) for t in tensors(data))  # once for every stage and budget
         local_y = local_labels(y, classes)
         evaluate = {}
         for n, budget in enumerate(self.budgets, 1):
@@ -124,10 +126,11 @@ class MetaHAR(Reptile):
             epochs = o.finetune_epochs * n
             if o.finetune != "merged":
                 opt = self.optimizer(model, ("body",), Record(kept), scheduled=False)
-                self.train(model, opt, data, derive_seed(seed, "pairs", n), epochs=epochs, loss_fn=self.chunk_loss)
+                self.train(model, opt, data, derive_seed(seed, "pairs", n), epochs=epochs, x=x, y=y,
+                           loss_fn=self.chunk_loss)
                 if self.task.config.optimizer.persist:
                     kept.update(opt.state_arrays())
-            head = user_head(self.dim, classes, kept, derive_seed(seed, "head"))
+            head = user_head(self.dim, classes, kept, derive_seed(seed, "head"), self.device)
             params = list(head.parameters()) + ([] if o.finetune == "separated" else list(model.body.parameters()))
             adam = make_optimizer(params, "adam", o.head_lr, 0.0, o.head_weight_decay)
             self.train(model, LocalOptimizer("stage2", adam), data, derive_seed(seed, "ce", n), epochs=epochs,
@@ -147,7 +150,7 @@ class MetaHAR(Reptile):
             return None  # not personalised
         model = self.load(Record({k: v for k, v in state.arrays.items() if k.startswith("body.")}), Record())
         pred = self.predictor(model)
-        return user_predictor(pred.body, state.arrays, pred.body_key)
+        return user_predictor(pred.body, state.arrays, pred.body_key, pred.device)
 
 
 __all__ = ["MetaHAR", "MetaHAROptions"]

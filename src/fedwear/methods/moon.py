@@ -50,7 +50,8 @@ class Projected(SplitModel):
                  num_classes: int) -> None:
         super().__init__()
         with torch.no_grad():
-            k = model.eval().body(torch.zeros(2, window, channels)).shape[1]
+            probe = torch.zeros(2, window, channels, device=next(model.parameters()).device)
+            k = model.eval().body(probe).shape[1]
         self.body = nn.Sequential(model.body, nn.Linear(k, k), nn.ReLU(), nn.Linear(k, dim))
         self.head = nn.Linear(dim, num_classes)
         self.train()
@@ -62,11 +63,12 @@ def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor
     [cos(z, z_glob), cos(z, z_prev)] / tau."""
     logits = torch.stack([F.cosine_similarity(z, z_glob, dim=-1),
                           F.cosine_similarity(z, z_prev, dim=-1)], dim=1)
-    return F.cross_entropy(logits / tau, torch.zeros(len(z), dtype=torch.long))
+    return F.cross_entropy(logits / tau, torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
 class Moon(FedAvg):
     name = "moon"
+    devices = ("cpu", "cuda")
     summary = ("MOON (Li et al. 2021): FedAvg plus a contrastive term pulling representations "
                "towards the global model's, away from the previous local model's.")
     Options = MoonOptions
@@ -84,7 +86,7 @@ class Moon(FedAvg):
         with torch.random.fork_rng():
             torch.manual_seed(self.task.config.seed)
             t, dim = self.task, self.options.projection_dim
-            return Projected(model, t.window, t.channels, dim, t.num_outputs)
+            return Projected(model, t.window, t.channels, dim, t.num_outputs).to(self.device)
 
     def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
         """Frozen copies of this round's global model and of the client's previous model."""

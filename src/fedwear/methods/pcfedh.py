@@ -64,7 +64,7 @@ from fedwear.methods.soft_clustering import (
     V,
     importance,
 )
-from fedwear.methods.training import LocalOptimizer, load_arrays, make_optimizer, train_epochs
+from fedwear.methods.training import LocalOptimizer, host, load_arrays, make_optimizer, train_epochs
 from fedwear.models.ts2vec import TSEncoder, instance_representation
 from fedwear.seeding import derive_seed
 
@@ -77,6 +77,20 @@ MODULE1, CATEGORISE, SOFT = 1, 2, 3
 def module_arrays(module: nn.Module) -> dict[str, np.ndarray]:
     """Every state-dict entry of ``module`` as a numpy copy."""
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+@torch.no_grad()
+def update_swa(swa: AveragedModel, model: nn.Module) -> None:
+    """``swa.update_parameters(model)`` (the running mean of the weights, torch's ``AveragedModel``
+    rule: copy the first, then ``w + (w_model - w) / (n + 1)``), with the count read from
+    ``swa.n_averaged`` on the host: torch's own update copies the count to the weights' device,
+    which makes the host wait for the device after every step."""
+    n = int(swa.n_averaged)  # a CPU buffer (AveragedModel's default): no device sync
+    for averaged, current in zip(swa.parameters(), model.parameters(), strict=True):
+        averaged.copy_(current if n == 0 else averaged + (current - averaged) / (n + 1))
+    for averaged, current in zip(swa.module.buffers(), model.buffers(), strict=True):
+        averaged.copy_(current)
+    swa.n_averaged += 1
 
 
 class PCFedHOptions(SoftClusterOptions):
@@ -99,6 +113,7 @@ class PCFedHOptions(SoftClusterOptions):
 
 class PCFedH(SoftClustered):
     name = "pcfedh"
+    devices = ("cpu", "cuda")
     summary = ("PCFedH (Yin et al. 2025): prototypical contrastive federated clustering, then soft "
                "clustered FL of personal forecasters with a cluster-weighted proximal term.")
     Options = PCFedHOptions
@@ -108,7 +123,7 @@ class PCFedH(SoftClustered):
         self.opt: PCFedHOptions = options
         with torch.random.fork_rng():
             torch.manual_seed(task.config.seed)
-            self.encoder = TSEncoder(task.channels, options.output, options.hidden, options.depth)
+            self.encoder = TSEncoder(task.channels, options.output, options.hidden, options.depth).to(self.device)
         self.encoder_initial = module_arrays(self.encoder)
 
     # ---- phases -------------------------------------------------------------------------
@@ -213,7 +228,7 @@ class PCFedH(SoftClustered):
         encoder.train(train_mode)
         with torch.no_grad():
             out = [instance_representation(encoder(x[i:i + 256])) for i in range(0, len(x), 256)]
-        return torch.cat(out) if out else torch.zeros(0, self.opt.output)
+        return torch.cat(out) if out else torch.zeros(0, self.opt.output, device=x.device)
 
     def counts(self, down: Record, data: ClientData, centres: np.ndarray | None = None) -> np.ndarray:
         """``n_ik``: the client's train windows nearest (cosine) to each of ``centres`` (default: the
@@ -223,9 +238,9 @@ class PCFedH(SoftClustered):
         if PROTO not in down.arrays:
             return np.zeros(k)
         encoder = self.load_encoder(down)
-        z = self.features(encoder, tensors(data)[0], train_mode=self.opt.variant == "code")
-        c = F.normalize(torch.from_numpy(down.arrays[PROTO] if centres is None else centres).float(), dim=-1)
-        nearest = (z @ c.T).argmax(dim=1).numpy()
+        z = self.features(encoder, tensors(data)[0].to(self.device), train_mode=self.opt.variant == "code")
+        c = F.normalize(self.on_device(down.arrays[PROTO] if centres is None else centres, torch.float32), dim=-1)
+        nearest = host((z @ c.T).argmax(dim=1))
         return np.bincount(nearest, minlength=k).astype(np.float64)
 
     def load_encoder(self, down: Record) -> TSEncoder | None:
@@ -238,7 +253,7 @@ class PCFedH(SoftClustered):
         """Algorithm 1, one round of one client, in the code's order."""
         own = state.arrays.get(LOCAL_PROTO) if self.opt.variant == "code" else None
         counts = self.counts(down, data, own)
-        x = tensors(data)[0]
+        x = tensors(data)[0].to(self.device)
         encoder = self.load_encoder(down)
         kept: dict[str, np.ndarray] = {}
         scalars: dict[str, float | int] = {"num_examples": len(data.train)}
@@ -247,19 +262,20 @@ class PCFedH(SoftClustered):
             swa_state = {k[len(SWA):]: v for k, v in state.arrays.items() if k.startswith(SWA)}
             if swa_state:
                 load_arrays(swa, swa_state)
-            swa.update_parameters(encoder)  # the server's average joins the SWA (never reset)
+            update_swa(swa, encoder)  # the server's average joins the SWA (never reset)
             adamw = make_optimizer(list(encoder.parameters()), "adamw", self.opt.encoder_lr, 0.0, 0.01)  # torch's default decay
             step = torch.optim.lr_scheduler.StepLR(adamw, self.opt.encoder_step, self.opt.encoder_gamma)
             opt = LocalOptimizer("encoder", adamw, step)
             opt.load_state_arrays(state.arrays)
             protos = down.arrays.get(PROTO)
             target = None if protos is None or self.opt.ablation == "no_pcl" else (
-                torch.from_numpy(protos).float(), torch.from_numpy(down.arrays[DENSITY]).float())
-            gen = torch.Generator().manual_seed(derive_seed(seed, "crop"))
-            scalars["loss"] = train_epochs(encoder, opt.optimizer, x, torch.zeros(len(x)), epochs=self.opt.encoder_epochs,
+                self.on_device(protos, torch.float32), self.on_device(down.arrays[DENSITY], torch.float32))
+            gen = torch.Generator().manual_seed(derive_seed(seed, "crop"))  # crops: drawn on the host
+            scalars["loss"] = train_epochs(encoder, opt.optimizer, x, torch.zeros(len(x), device=x.device),
+                         epochs=self.opt.encoder_epochs,
                          batch_size=self.opt.encoder_batch, generator=torch.Generator().manual_seed(seed),
                          loss_fn=lambda m, xb, _: self.encoder_loss(m, xb, target, gen),
-                         after_step=lambda: swa.update_parameters(encoder))
+                         after_step=lambda: update_swa(swa, encoder))
             opt.end_epoch()  # the encoder's StepLR steps once per round (as the code's)
             kept = {**{SWA + k: v for k, v in module_arrays(swa).items()}, **opt.state_arrays()}
             z = self.features(swa.module, x)
@@ -267,8 +283,9 @@ class PCFedH(SoftClustered):
             z = self.features(None, x)
         init = down.arrays.get(PROTO)
         init = None if init is None else F.normalize(torch.from_numpy(init).double(), dim=-1).numpy()
-        centres, labels = clustering.local_kmeans_step(z.double().numpy(), init, self.opt.clusters, seed % 2**31)
-        density = clustering.concentration(z.double().numpy(), centres, labels)
+        feats = host(z.double())  # scikit-learn's K-means runs on the host: one copy per round
+        centres, labels = clustering.local_kmeans_step(feats, init, self.opt.clusters, seed % 2**31)
+        density = clustering.concentration(feats, centres, labels)
         centres = F.normalize(torch.from_numpy(centres), dim=-1).numpy()
         kept[LOCAL_PROTO] = centres.astype(np.float32)
         arrays = {PROTO: centres.astype(np.float32), DENSITY: density.astype(np.float32), COUNTS: counts}

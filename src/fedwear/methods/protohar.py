@@ -31,7 +31,7 @@ from fedwear.methods.api import Record
 from fedwear.methods.fedavg import tensors
 from fedwear.methods.fedrep import FedRep, FedRepOptions
 from fedwear.methods.prototypes import COUNT, MASK, PROTO
-from fedwear.methods.training import weighted_mean
+from fedwear.methods.training import host, weighted_mean
 
 
 class ProtoHAROptions(FedRepOptions):
@@ -48,6 +48,7 @@ class ProtoHAROptions(FedRepOptions):
 
 class ProtoHAR(FedRep):
     name = "protohar"
+    devices = ("cpu", "cuda")
     summary = "ProtoHAR (Cheng et al. 2023): FedRep's head/body steps with a global-prototype regulariser on the body."
     kinds = ("classification",)  # class prototypes / class balancing
     Options = ProtoHAROptions
@@ -56,9 +57,12 @@ class ProtoHAR(FedRep):
     def __init__(self, task, options):
         super().__init__(task, options)
         with torch.no_grad():
-            k = self.model.eval().features(torch.zeros(2, task.window, task.channels)).shape[1]
+            k = self.model.eval().features(torch.zeros(2, task.window, task.channels, device=self.device)).shape[1]
         self.model.train()
         self.empty = {PROTO: np.zeros((task.num_classes, k), np.float32), MASK: np.zeros(task.num_classes, np.float32)}
+        #: Classes in the fitting client's train split (``fit`` sets it): ``record_first`` stops
+        #: once it has seen them all.
+        self.classes = task.num_classes
 
     # ---- server ---------------------------------------------------------------------------
     def init_server(self):
@@ -77,8 +81,8 @@ class ProtoHAR(FedRep):
 
     # ---- client ---------------------------------------------------------------------------
     def begin_fit(self, model, down, state):
-        self.global_protos = torch.from_numpy(down.arrays[PROTO])
-        self.global_mask = torch.from_numpy(down.arrays[MASK])
+        self.global_protos = self.on_device(down.arrays[PROTO])
+        self.global_mask = self.on_device(down.arrays[MASK])
         self.first: dict[int, torch.Tensor] = {}  # code variant: first embedding seen per class
 
     def loss(self, model, x, y):
@@ -92,12 +96,16 @@ class ProtoHAR(FedRep):
 
     def record_first(self, z, y, target) -> None:
         """The code's local prototype: the first embedding of each class (from the forward pass
-        before the step), scaled by 1/n_j; re-weighting divides by its own weight instead."""
+        before the step), scaled by 1/n_j; re-weighting divides by its own weight instead. Reading
+        a batch's classes waits for the device: it stops once the client's every class is seen."""
+        if len(self.first) >= self.classes:
+            return
         for c in torch.unique(y).tolist():
             if c not in self.first:
                 self.first[c] = z[(y == c).nonzero()[0, 0]].detach().clone()
 
     def fit(self, down, state, data, round, seed):
+        self.classes = len(np.unique(data.train.y))
         up, kept = super().fit(down, state, data, round, seed)
         proto, count = self.local_prototypes(data)
         up.arrays.update({PROTO: proto, COUNT: count})
@@ -109,9 +117,12 @@ class ProtoHAR(FedRep):
         counts = torch.bincount(y, minlength=q).float()
         if self.options.variant == "code":
             proto = self.empty[PROTO].copy()
-            for c, z in self.first.items():
-                proto[c] = (z if self.options.reweight is not None else z / counts[c]).numpy()
+            if self.first:
+                first = torch.stack(list(self.first.values())).cpu()  # to the host in one copy
+                for c, z in zip(self.first, first, strict=True):
+                    proto[c] = (z if self.options.reweight is not None else z / counts[c]).numpy()
             return proto, counts.numpy()
+        x, y = x.to(self.device), y.to(self.device)
         with torch.no_grad():
             self.model.eval()
             z = torch.cat([self.model.features(x[i : i + 256]) for i in range(0, len(x), 256)])
@@ -120,9 +131,9 @@ class ProtoHAR(FedRep):
             return prototypes.class_means(z, y, q)
         target = prototypes.targets(z, y, self.global_protos, self.global_mask)
         w = torch.exp(self.options.reweight * F.cosine_similarity(z, target, dim=1)).double()  # Eq. 5
-        sums = torch.zeros(q, z.shape[1], dtype=torch.float64).index_add_(0, y, w[:, None] * z.double())
-        norm = torch.zeros(q, dtype=torch.float64).index_add_(0, y, w).clamp(min=1e-12)
-        return (sums / norm[:, None]).float().numpy(), counts.numpy()
+        sums = torch.zeros(q, z.shape[1], dtype=torch.float64, device=z.device).index_add_(0, y, w[:, None] * z.double())
+        norm = torch.zeros(q, dtype=torch.float64, device=z.device).index_add_(0, y, w).clamp(min=1e-12)
+        return host((sums / norm[:, None]).float()), host(counts)
 
 
 __all__ = ["ProtoHAR"]

@@ -21,18 +21,19 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fedwear.methods.api import Options, Record, Task
+from fedwear.methods.training import host
 
 PROTO, COUNT, MASK = "proto", "proto_count", "proto_mask"
 
 
 def class_means(z: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-class mean of embeddings ``z`` ``[N, k]`` (``[Q, k]``, zero rows for absent classes)
-    and the class counts ``[Q]``."""
-    z = z.detach().double()
-    sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(0, y, z)
+    and the class counts ``[Q]``, on the host; computed on ``z``'s device."""
+    z, y = z.detach().double(), y.to(z.device)
+    sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device).index_add_(0, y, z)
     counts = torch.bincount(y, minlength=num_classes).double()
     means = sums / counts.clamp(min=1).unsqueeze(1)
-    return means.float().numpy(), counts.numpy().astype(np.float32)
+    return host(means.float()), host(counts).astype(np.float32)
 
 
 def aggregate(replies: Iterable[Record], weighted: bool) -> tuple[np.ndarray, np.ndarray]:

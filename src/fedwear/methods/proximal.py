@@ -27,7 +27,8 @@ class Proximal:
     def __init__(self, params: Sequence[torch.Tensor], centres: Sequence[Sequence[torch.Tensor]],
                  weights: Sequence[float], lam: float) -> None:
         self.params = list(params)
-        self.centres = torch.stack([flat(c).detach() for c in centres])
+        device = self.params[0].device if self.params else None  # centres given on the host: moved once
+        self.centres = torch.stack([flat(c).detach() for c in centres]).to(device)
         self.weights = torch.as_tensor(list(weights), dtype=self.centres.dtype, device=self.centres.device)
         self.lam = lam
 

@@ -44,6 +44,7 @@ class ScaffoldOptions(Options):
 
 class Scaffold(FedAvg):
     name = "scaffold"
+    devices = ("cpu", "cuda")
     summary = "SCAFFOLD (Karimireddy et al. 2020): control variates correct the clients' drift."
     Options = ScaffoldOptions
     mean_aggregation = False  # replies are deltas and the means are uniform: no DP / secagg wrapper
@@ -78,7 +79,7 @@ class Scaffold(FedAvg):
         self.params = {n: p for n, p in model.named_parameters() if C + n in down.arrays}
         self.c = {n: down.arrays[C + n] for n in self.params}
         self.ci = {n: state.arrays.get(CI + n, np.zeros_like(c)) for n, c in self.c.items()}
-        self.correction = {n: torch.from_numpy(self.c[n] - self.ci[n]) for n in self.params}
+        self.correction = {n: self.on_device(self.c[n] - self.ci[n]) for n in self.params}
         self.step_sizes = 0.0  # K eta_l
 
     def before_step(self, model: nn.Module) -> None:

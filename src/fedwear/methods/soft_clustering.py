@@ -121,7 +121,7 @@ class SoftClustered(ClusterModels):
         if start is not None:
             load_arrays(model, start)
         u = state.arrays[U]
-        centres = [[torch.from_numpy(down.arrays[CLUSTER.format(k) + n]) for n, _ in model.named_parameters()]
+        centres = [[self.on_device(down.arrays[CLUSTER.format(k) + n]) for n, _ in model.named_parameters()]
                    for k in range(len(self.cluster_initial))]
         proximal = Proximal(list(model.parameters()), centres, u, lam)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
@@ -14,6 +15,11 @@ from torch import nn
 from fedwear.methods.api import Record
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def host(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a numpy array on the host (a view on the CPU, a copy from a GPU)."""
+    return t.detach().cpu().numpy()
 
 
 def model_arrays(model: nn.Module, parts: Iterable[str]) -> dict[str, np.ndarray]:
@@ -109,6 +115,23 @@ class LocalOptimizer:
                     self.scheduler.step()
 
 
+#: The dtype forward passes run in under autocast (``precision: bf16``), or None: the weights'
+#: own. A process setting, as torch's TF32 flags are: :func:`fedwear.engines.process.prepare_process`.
+_AUTOCAST: torch.dtype | None = None
+
+
+def set_autocast(dtype: torch.dtype | None) -> None:
+    global _AUTOCAST
+    _AUTOCAST = dtype
+
+
+def autocast(device: torch.device | str) -> contextlib.AbstractContextManager:
+    """Autocast to the process's precision on ``device`` (a no-op in fp32 and tf32)."""
+    if _AUTOCAST is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, _AUTOCAST)
+
+
 Hook = Callable[[], None]
 #: Called as ``hook(step, planned)`` after every optimiser step of :func:`train_epochs` run in this
 #: context (``step`` of ``planned`` steps of that call): the in-process engine sets it around a
@@ -139,19 +162,22 @@ def train_epochs(
     runs each epoch). ``before_step`` runs after backward (and clipping), ``after_step`` after
     each optimiser step, ``after_epoch`` after each epoch. Returns the mean loss over the steps;
     NaN ("no training loss") when no step was taken: ``epochs=0``, no train window, or
-    ``drop_last`` with fewer windows than one batch."""
+    ``drop_last`` with fewer windows than one batch. The forward pass runs under :func:`autocast`.
+    The batch order is drawn on the CPU (the same on every device) and the losses are summed
+    where they are, so a GPU waits for nothing inside the loop."""
     model.train()
     params = [p for g in optimizer.param_groups for p in g["params"]]
     n = len(y)
     end = n - n % batch_size if drop_last else n  # the permutation is drawn in full either way
-    total, steps = 0.0, 0
+    total, steps = torch.zeros((), dtype=torch.float64, device=x.device), 0  # float64: as Python's float sum
     step_hook = STEP_HOOK.get()
     planned = epochs * -(-end // batch_size)
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        order = (torch.randperm(n, generator=generator) if shuffle else torch.arange(n)).to(x.device)
         for start in range(0, end, batch_size):
             idx = order[start : start + batch_size]
-            loss = loss_fn(model, x[idx], y[idx])
+            with autocast(x.device):
+                loss = loss_fn(model, x[idx], y[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if clip:
@@ -161,13 +187,13 @@ def train_epochs(
             optimizer.step()
             if after_step is not None:
                 after_step()
-            total += float(loss.detach())
+            total += loss.detach().double()
             steps += 1
             if step_hook is not None:
                 step_hook(steps, planned)
         if after_epoch is not None:
             after_epoch()
-    return total / steps if steps else float("nan")
+    return float(total) / steps if steps else float("nan")
 
 
 def weighted_mean(replies: Iterable[Record], keys: Iterable[str], weight: str = "num_examples") -> dict[str, np.ndarray]:

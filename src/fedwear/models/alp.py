@@ -138,13 +138,17 @@ def single_update(protos: torch.Tensor, assign: torch.Tensor, x: torch.Tensor, g
 
     Where several tokens pick one prototype, the last token (largest row index of ``x``) wins:
     the update uses the prototype's value before this step and that token. Prototypes no token
-    picked are left bitwise unchanged.
+    picked are left bitwise unchanged. Every row is computed and the picked ones kept
+    (``torch.where``): no boolean indexing, whose size the host would wait for on a GPU.
     """
+    if len(assign) == 0:
+        return
     order = torch.arange(len(assign), device=assign.device)
     last = torch.full((len(protos),), -1, dtype=torch.long, device=assign.device)
     last.scatter_reduce_(0, assign, order, reduce="amax", include_self=True)
-    hit = last >= 0
-    protos[hit] = gamma * protos[hit] + (1 - gamma) * x[last[hit]]
+    hit = (last >= 0).unsqueeze(1)
+    moved = gamma * protos + (1 - gamma) * x[last.clamp(min=0)]
+    protos.copy_(torch.where(hit, moved, protos))
 
 
 def soft_update(protos: torch.Tensor, plan: torch.Tensor, x: torch.Tensor, k: int, gamma: float) -> None:

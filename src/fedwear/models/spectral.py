@@ -94,9 +94,9 @@ class Spectral(nn.Module):
         """The ``fs`` of the frequency rows: 3x ``rate_hz`` for ``code`` (``feature_extraction.py``)."""
         return self.rate_hz * (CODE_RATE_FACTOR if self.frequency_rows == "code" else 1.0)
 
-    def frequencies(self) -> torch.Tensor:
-        """The frequency row ``k * fs / interval`` for ``k = 0 .. interval // 2`` (float32)."""
-        return torch.arange(self.bins, dtype=torch.float32) * (self.sampling_rate() / self.interval)
+    def frequencies(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """The frequency row ``k * fs / interval`` for ``k = 0 .. interval // 2`` (float32, on ``device``)."""
+        return torch.arange(self.bins, dtype=torch.float32, device=device) * (self.sampling_rate() / self.interval)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
@@ -107,7 +107,7 @@ class Spectral(nn.Module):
         mag = torch.fft.rfft(s, dim=2).abs().transpose(2, 3)  # [B, n, axes, bins]
         if self.frequency_rows == "none":
             return mag.contiguous()
-        freq = self.frequencies().to(device=mag.device, dtype=mag.dtype).expand_as(mag)
+        freq = self.frequencies(mag.device).to(mag.dtype).expand_as(mag)  # made where it is used: no copy
         return torch.stack([freq, mag], dim=3).reshape(b, self.intervals, 2 * mag.shape[2], self.bins)
 
     def extra_repr(self) -> str:

@@ -126,7 +126,8 @@ def client_forecast(restored: Restored, client: str | None = None) -> Forecast |
     pred = client_predictor(m, ckpt, c, cfg)
     if pred is None:
         return Skipped(run.name, run.seed, "it has no personal predictor")
-    out = forward(as_predictor(pred), c.test.x, cfg.evaluation.batch_size).float().numpy()
+    pred = as_predictor(pred)
+    out = forward(pred, c.test.x, cfg.evaluation.batch_size, pred.device).float().numpy()
     shift, scale = data.target
     rnd = int(ckpt["round"])
     return Forecast(

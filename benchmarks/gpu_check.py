@@ -1,0 +1,157 @@
+"""The prepared check for a machine with one NVIDIA GPU: under 10 minutes, no network.
+
+    python benchmarks/gpu_check.py [--data ROOT] [--out DIR] [--rounds 4]
+
+1. The ``gpu`` tests (``tests/test_gpu.py``): every method 2 rounds on cuda against the CPU,
+   and ``engine: batched`` against ``sim`` on cuda.
+2. Seconds per training round (median of rounds 2 to R-1 of an R-round run, from the run's
+   ``timing.csv``; round 1 warms up, round R evaluates): a ProtoHAR-protocol FedAvg round and a
+   ProtoHAR round (``configs/protohar/usc_had.yaml``) on ``sim``/cuda, ``batched``/cuda and
+   ``sim``/cpu, and a FedAli round on UCI HAPT (``configs/fedali/uci_hapt.yaml``) on
+   ``sim``/cuda and ``batched``/cuda, with the speed-up of ``batched`` over ``sim``.
+3. ``benchmarks/batched_crossover.py --device cuda``: where training clients together pays on
+   the GPU (the rule ``VECTORIZE_MAX_TRAIN_FLOPS["cuda"]``).
+4. The most clients trained together (FedAvg's step on the ProtoHAR protocol's HARCNN, batch 32,
+   doubling the clients) before the GPU's memory runs out, and the time per client there.
+
+``--data``: the folder holding ``usc_had/`` and ``uci_hapt/`` (default ``$FEDWEAR_DATA``, else
+``../shared/data``); a dataset missing there is replaced by fedwear's bundled UCI HAPT subset
+(10 users), and the table says so. Everything goes to ``--out`` (default ``$OUT``, else
+``results/``): ``gpu_check.md`` and the tests' log. Without a GPU it says so, times the CPU rows
+and exits 0 (a dry run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import fedwear
+from fedwear.config import load_config
+from fedwear.data.preprocess import bundled_root
+
+REPO = Path(__file__).resolve().parents[1]
+CUDA = torch.cuda.is_available()
+
+
+def data_root(given: str | None, name: str) -> tuple[Path, str]:
+    """(the root of dataset ``name``, a note when it is the bundled subset instead)."""
+    base = Path(given or os.environ.get("FEDWEAR_DATA") or REPO.parent / "shared" / "data")
+    if (base / name).is_dir():
+        return base / name, ""
+    return bundled_root("uci_hapt"), f"bundled UCI HAPT subset ({name} not under {base})"
+
+
+def round_seconds(config: str, root: Path, rounds: int, **sets) -> float:
+    """Median wall seconds of training rounds 2..rounds-1 of ``config`` with ``sets``."""
+    raw = {"rounds": rounds, "evaluation.every": 10**6, "evaluation.at_start": False, "checkpoint_every": 0,
+           "dataset.root": root, **sets}
+    if root.name != "usc_had":  # the same protocol on UCI HAPT
+        config = config.replace("usc_had", "uci_hapt")
+    cfg = load_config(REPO / config, [f"{k}={v}" for k, v in raw.items()])
+    with tempfile.TemporaryDirectory() as out:
+        fedwear.run(cfg, Path(out) / "run")
+        timing = pd.read_csv(Path(out) / "run" / "timing.csv")
+    return float(timing["wall_s"].iloc[1 : rounds - 1].median())
+
+
+def most_clients_together(limit: int = 4096, budget_s: float = 90.0) -> tuple[int, float]:
+    """(the most clients trained together before the GPU ran out of memory, seconds per client
+    there): FedAvg's batched step, HARCNN on 512 x 6 windows, 10 classes, 64 windows a client,
+    1 epoch of batch 32."""
+    from fedwear.methods.batched import ClientJob, train_together
+    from fedwear.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("harcnn", 512, 6, 10).cuda()
+    start = {k: p.detach().clone() for k, p in model.named_parameters()}
+    best, per_client, n, began = 0, float("nan"), 8, time.time()
+    while n <= limit and time.time() - began < budget_s:
+        jobs = [ClientJob(start, torch.randn(64, 512, 6), torch.randint(0, 10, (64,)), k) for k in range(n)]
+        try:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            train_together(model, jobs, epochs=1, batch_size=32, lr=0.01, momentum=0.9, weight_decay=0.0, clip=None)
+            torch.cuda.synchronize()
+        except torch.cuda.OutOfMemoryError:
+            break
+        finally:
+            torch.cuda.empty_cache()
+        best, per_client, n = n, (time.perf_counter() - t0) / n, n * 2
+    return best, per_client
+
+
+def run_gpu_tests(out: Path) -> str:
+    log = out / "gpu_tests.log"
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    log.write_text(done.stdout + done.stderr)
+    tail = [line for line in done.stdout.splitlines() if line.strip()][-1:] or ["(no output)"]
+    return f"`{' '.join(cmd[2:])}`: {tail[0]} (exit {done.returncode}; log in gpu_tests.log)"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", help="folder holding usc_had/ and uci_hapt/")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "results"))
+    ap.add_argument("--rounds", type=int, default=4, help="rounds per timed run (>= 3)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.cuda.get_device_name(0) if CUDA else "none (torch sees no CUDA device: a dry run, CPU rows only)"
+    lines = [f"# GPU check, {datetime.date.today()}", "",
+             f"Produced by `python benchmarks/gpu_check.py` (fedwear {fedwear.__version__}, torch {torch.__version__}, "
+             f"Python {platform.python_version()}). GPU: {device}; CPU: {os.cpu_count()} cores.", ""]
+    print("\n".join(lines), flush=True)
+    if CUDA:
+        lines += ["## The gpu tests", "", run_gpu_tests(out), ""]
+        print(lines[-2], flush=True)
+    usc, usc_note = data_root(args.data, "usc_had")
+    hapt, hapt_note = data_root(args.data, "uci_hapt")
+    rows = [("ProtoHAR-protocol FedAvg", "configs/protohar/usc_had.yaml", usc, usc_note, {"method": "fedavg"}),
+            ("ProtoHAR", "configs/protohar/usc_had.yaml", usc, usc_note, {}),
+            ("FedAli, UCI HAPT", "configs/fedali/uci_hapt.yaml", hapt, hapt_note, {})]
+    lines += ["## Seconds per training round", "",
+              f"Median wall seconds of rounds 2-{args.rounds - 1} of a {args.rounds}-round run (round 1 warms up, "
+              f"the last evaluates), from each run's timing.csv; threads: the config's.", "",
+              "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cpu |", "|---|---|---:|---:|---:|---:|"]
+    for name, config, root, note, sets in rows:
+        cpu = round_seconds(config, root, args.rounds, device="cpu", **sets) if "FedAli" not in name else None
+        sim = round_seconds(config, root, args.rounds, device="cuda", **sets) if CUDA else None
+        bat = round_seconds(config, root, args.rounds, device="cuda", engine="batched", **sets) if CUDA else None
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        ratio = f"{sim / bat:.2f}x" if sim and bat else "-"
+        lines.append(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(cpu)} |")
+        print(lines[-1], flush=True)
+    if CUDA:
+        cmd = [sys.executable, "benchmarks/batched_crossover.py", "--device", "cuda"]
+        table = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        lines += ["", "## When training clients together pays on this GPU", "", f"`{' '.join(cmd[1:])}`:", "",
+                  table.stdout.strip() or table.stderr.strip()[-2000:]]
+        print("\n".join(lines[-3:]), flush=True)
+        n, per = most_clients_together()
+        lines += ["", "## Clients trained together", "",
+                  f"Most clients trained together before the GPU's memory ran out (FedAvg's batched step, HARCNN on "
+                  f"512 x 6 windows, batch 32, doubling from 8, at most 4096 or 90 s): {n}, "
+                  f"{per * 1000:.2f} ms per client-epoch of 64 windows there."]
+        print(lines[-1], flush=True)
+    (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+    print(f"\nwritten to {out / 'gpu_check.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
