@@ -21,23 +21,25 @@ from tests.helpers import tiny_config
 SGD = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
 
 
-def _alone(model, job: ClientJob, epochs: int, batch_size: int, clip: float | None):
-    """One client trained by the plain loop with torch's SGD."""
+def _alone(model, job: ClientJob, epochs: int, batch_size: int, clip: float | None, mu: float = 0.0):
+    """One client trained by the plain loop with torch's SGD (and FedProx's term with ``mu``)."""
     m = copy.deepcopy(model)
     m.load_state_dict(job.weights)
+    start = [p.detach().clone() for p in m.parameters()]
     opt = torch.optim.SGD(m.parameters(), **SGD)
     if job.momentum is not None:
         opt.state_dict()  # materialise, then give each parameter its persisted buffer
         for p, n in zip(m.parameters(), job.weights, strict=True):
             opt.state[p]["momentum_buffer"] = job.momentum[n].clone()
     loss = train_epochs(m, opt, job.x, job.y, epochs=epochs, batch_size=batch_size,
-                        generator=torch.Generator().manual_seed(job.seed), loss_fn=lambda mm, x, y: F.cross_entropy(mm(x), y),
-                        clip=clip)
+                        generator=torch.Generator().manual_seed(job.seed), clip=clip,
+                        loss_fn=lambda mm, x, y: F.cross_entropy(mm(x), y) + 0.5 * mu * sum(
+                            ((p - s0) ** 2).sum() for p, s0 in zip(mm.parameters(), start, strict=True)))
     return {n: p.detach() for n, p in m.named_parameters()}, {n: opt.state[p]["momentum_buffer"] for n, p in m.named_parameters()}, loss
 
 
-@pytest.mark.parametrize("clip", [None, 0.5])
-def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip):
+@pytest.mark.parametrize("clip, mu", [(None, 0.0), (0.5, 0.0), (None, 0.1)])
+def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip, mu):
     torch.manual_seed(0)
     model = build_model("cnn", 32, 3, 4, width=8)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -47,9 +49,9 @@ def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip):
         weights = {name: w + 0.01 * k for name, w in start.items()}
         momentum = {name: torch.randn_like(w) * 0.1 for name, w in start.items()} if k == 2 else None
         jobs.append(ClientJob(weights, x, y, seed=100 + k, momentum=momentum))
-    together = train_together(model, jobs, epochs=3, batch_size=8, clip=clip, **SGD)
+    together = train_together(model, jobs, epochs=3, batch_size=8, clip=clip, proximal=mu, **SGD)
     for job, res in zip(jobs, together, strict=True):
-        weights, momentum, loss = _alone(model, job, 3, 8, clip)
+        weights, momentum, loss = _alone(model, job, 3, 8, clip, mu)
         for n in weights:
             torch.testing.assert_close(res.weights[n], weights[n], atol=2e-5, rtol=1e-4)
             torch.testing.assert_close(res.momentum[n], momentum[n], atol=2e-5, rtol=1e-4)
@@ -61,7 +63,8 @@ def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip):
     ("local", {}),
     ("fedper", {"optimizer.weight_decay": 1e-3}),
     ("fedavg", {"privacy.dp": "central", "privacy.noise_multiplier": 0.1, "privacy.clipping_norm": 1.0}),
-    ("fedprox", {}),  # its own loss: trained client by client
+    ("fedprox", {"method_options.fedprox.mu": 0.5}),  # FedAvg's step plus the proximal term
+    ("scaffold", {}),  # its own step hooks: trained client by client
 ])
 def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     if "privacy.dp" in sets:
@@ -73,7 +76,7 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     sim = fedwear.run(cfg, tmp_path / "sim")
     assert not calls
     fast = fedwear.run(cfg.model_copy(update={"engine": "batched"}), tmp_path / "batched")
-    assert len(calls) == (0 if method == "fedprox" else cfg.rounds)
+    assert len(calls) == (0 if method == "scaffold" else cfg.rounds)
     a, b = sim.metrics, fast.metrics
     assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
     for m in ("accuracy", "macro_f1", "auc"):
@@ -92,7 +95,8 @@ def test_only_plain_steps_on_small_models_are_vectorised():
         cfg = tiny_config(method=name, **sets)
         return build_method(Task(cfg, 32, 3, 3, 6))
     assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
-    assert not method("fedprox").vectorizable  # own loss
+    assert method("fedprox").vectorizable  # FedAvg's step plus the proximal term train_together adds
+    assert not method("scaffold").vectorizable  # own step hooks
     assert not method("fedrep").vectorizable  # own fit
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable
     assert not method("fedavg", **{"model.name": "lstm", "model.options": {}}).vectorizable  # vmap falls back

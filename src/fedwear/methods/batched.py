@@ -92,14 +92,17 @@ def train_together(
     clip: float | None,
     shuffle: bool = True,
     regression: bool = False,
+    proximal: float = 0.0,
 ) -> list[ClientResult]:
     """Train every job's weights as ``train_epochs`` + ``torch.optim.SGD`` would, all at once.
 
     SGD as torch computes it: ``g += wd * w``; ``buf = g`` on a client's first step without a
     persisted buffer, else ``buf = momentum * buf + g``; ``w -= lr * buf``. Clipping as
     ``clip_grad_norm_``: each client's gradients scaled by ``min(1, clip / (norm + 1e-6))``.
-    The loss is cross-entropy, or with ``regression`` the squared error of the single output.
-    Everything runs on the model's device; the batch order is drawn on the CPU, as for one client.
+    The loss is cross-entropy, or with ``regression`` the squared error of the single output,
+    plus with ``proximal`` = mu > 0 FedProx's term ``mu / 2 ||w - w_start||^2`` (Li et al. 2020,
+    Eq. 2; ``w_start`` the job's starting weights, the global model). Everything runs on the
+    model's device; the batch order is drawn on the CPU, as for one client.
     """
     names = [n for n, _ in model.named_parameters()]
     device = next(model.parameters()).device
@@ -108,25 +111,30 @@ def train_together(
     index, mask, counts = _schedule(jobs, epochs, batch_size, shuffle)
     index, mask = index.to(device), mask.to(device)
     w = {n: torch.stack([j.weights[n] for j in jobs]).float().to(device) for n in names}
+    anchor = dict(w)  # the starting weights (``w``'s entries are replaced, never changed in place)
     fresh = torch.tensor([j.momentum is None for j in jobs], device=device)
     buf = {n: torch.stack([torch.zeros_like(j.weights[n]) if j.momentum is None else j.momentum[n]
                            for j in jobs]).to(device) for n in names}
     model.train()
 
-    def loss_of(params: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
+    def loss_of(params: dict[str, torch.Tensor], start: dict[str, torch.Tensor], xb: torch.Tensor,
+                yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
         out = functional_call(model, params, (xb,))
         if regression:
             per_window = (out.squeeze(-1) - yb) ** 2
         else:
             per_window = F.cross_entropy(out, yb, reduction="none")
-        return (per_window * mb).sum() / mb.sum().clamp(min=1.0)
+        loss = (per_window * mb).sum() / mb.sum().clamp(min=1.0)
+        if proximal:
+            loss = loss + 0.5 * proximal * sum(((params[n] - start[n]) ** 2).sum() for n in names)
+        return loss
 
     step_fn = vmap(grad_and_value(loss_of))
     total = torch.zeros(len(jobs), device=device)
     for s in range(index.shape[0]):
         rows, mb = index[s], mask[s]
         active = mb.sum(1) > 0
-        grads, loss = step_fn(w, x[rows], y[rows], mb)
+        grads, loss = step_fn(w, anchor, x[rows], y[rows], mb)
         with torch.no_grad():
             total += torch.where(active, loss, torch.zeros_like(loss))
             if clip:

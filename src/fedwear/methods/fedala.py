@@ -45,10 +45,9 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedwear.data.types import ClientData
-from fedwear.methods.api import Options, Record, Task
+from fedwear.methods.api import Options, Task
 from fedwear.methods.fedavg import PARTS, FedAvg, tensors
-from fedwear.methods.training import host, load_arrays, model_arrays
+from fedwear.methods.training import host, load_arrays
 from fedwear.seeding import derive_seed
 
 #: Prefix of the ALA weights in a client state (``ala.<parameter name>``).
@@ -101,6 +100,7 @@ class FedALA(FedAvg):
     def __init__(self, task: Task, options: FedALAOptions) -> None:
         super().__init__(task, options)
         self.opt: FedALAOptions = options
+        self.ala_weights: dict[str, np.ndarray] | None = None  # learnt by the fit under way
 
     def top_names(self, model: nn.Module) -> list[str]:
         """The parameter tensors aggregated with learnt weights: the last ``layer_idx``."""
@@ -170,24 +170,28 @@ class FedALA(FedAvg):
         merged = {**start, **{n: host(params[n]).copy() for n in top}}
         return merged, {n: host(w[n]).copy() for n in top}, losses
 
-    def fit(self, down: Record, state: Record, data: ClientData, round: int, seed: int) -> tuple[Record, Record]:
-        torch.manual_seed(seed)
-        model = self.model
+    def prepare(self, down, state, data, seed):
+        """The client's model merged with the global one by ALA on a slice of its data."""
         glob = {**self.initial, **{k: v for k, v in down.arrays.items() if k in self.initial}}
         local = {**self.initial, **{k: v for k, v in state.arrays.items() if k in self.initial}}
         weights = {k[len(ALA):]: v for k, v in state.arrays.items() if k.startswith(ALA)} or None
         x, y = tensors(data)
         part = self.ala_slice(len(y), seed)
-        merged, weights, _ = self.adaptive_local_aggregation(
-            model, glob, local, weights, x[part].to(self.device), y[part].to(self.device), first=weights is None)
-        load_arrays(model, merged)
-        self.begin_fit(model, down, state)
-        opt = self.optimizer(model, PARTS, state)
-        loss = self.train(model, opt, data, seed)
-        up = Record(model_arrays(model, PARTS), {"num_examples": len(data.train), "loss": loss})
-        kept = self.client_state(model, opt)
-        kept.arrays.update({ALA + n: a for n, a in (weights or {}).items()})
-        return up, kept
+        merged, self.ala_weights, _ = self.adaptive_local_aggregation(
+            self.model, glob, local, weights, x[part].to(self.device), y[part].to(self.device), first=weights is None)
+        load_arrays(self.model, merged)
+        self.begin_fit(self.model, down, state)
+        return self.model
+
+    @property
+    def trained_parts(self) -> tuple[str, ...]:
+        return PARTS
+
+    def client_state(self, model, *opts):
+        """FedAvg's, plus the ALA weights W the client learnt this round."""
+        kept = super().client_state(model, *opts)
+        kept.arrays.update({ALA + n: a for n, a in (self.ala_weights or {}).items()})
+        return kept
 
 
 __all__ = ["FedALA", "ala_combine", "ala_weight_step"]

@@ -41,9 +41,10 @@ log = logging.getLogger("fedwear")
 PARTS = ("body", "head")
 #: Prefix of the client's trained model in its state (``evaluation.personal_model: trained``).
 TRAINED = "trained."
-#: Hooks that define the local step: a subclass overriding any of them must declare
-#: ``plain_step = False`` (``tests/test_capabilities.py`` holds every class to it).
-STEP_HOOKS = ("fit", "load", "begin_fit", "optimizer", "train", "loss", "before_step", "after_step", "client_state")
+#: Hooks that define a client's round: a class overriding any of them trains client by client
+#: (``plain_step`` is then False).
+STEP_HOOKS = ("fit", "prepare", "local_update", "reply", "trained_parts", "load", "begin_fit", "optimizer", "train",
+              "loss", "before_step", "after_step", "client_state")
 #: Per device, above this many training FLOPs per window clients train one after another even
 #: with ``engine: batched``. On the CPU the step is then compute-bound and batching saves nothing
 #: (``benchmarks/batched_crossover.py``, docs/performance.md). On a GPU one client's step leaves
@@ -63,8 +64,13 @@ class FedAvg(Method):
     personal: ClassVar[tuple[str, ...]] = ()
     #: The server state is a mean of the replied arrays (central DP and secure aggregation apply).
     mean_aggregation: ClassVar[bool] = True
-    #: The local step is FedAvg's own (no ``STEP_HOOKS`` overridden): ``engine: batched`` may train
-    #: a round's clients together. Declared by each class, never inherited, like ``devices``.
+    #: mu of a proximal term ``mu / 2 ||w - w_global||^2`` that the local loss adds (FedProx):
+    #: ``train_together`` adds it too.
+    proximal_weight: float = 0.0
+    #: Prefixes of client-state keys that ``fit`` keeps as they were (Meta-HAR's user head).
+    carried: ClassVar[tuple[str, ...]] = ()
+    #: The local step is FedAvg's own (no ``STEP_HOOKS`` overridden; FedProx's adds only
+    #: ``proximal_weight``): ``engine: batched`` may train a round's clients together.
     plain_step: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -183,13 +189,42 @@ class FedAvg(Method):
         """Called after each optimiser step (e.g. a running average of the weights)."""
 
     def fit(self, down, state, data, round, seed):
+        """A client's round (Alg. 1's ClientUpdate), the template every method fills in: the model
+        to train (``prepare``), local training (``local_update``), what is sent (``reply``) and
+        what is kept (``client_state``, plus the ``carried`` keys of the state as they were)."""
         torch.manual_seed(seed)
+        model = self.prepare(down, state, data, seed)
+        loss, opts = self.local_update(model, state, data, seed)
+        up = self.reply(model, data, loss)
+        return up, self.carry(state, self.client_state(model, *opts))
+
+    def prepare(self, down: Record, state: Record, data: ClientData, seed: int) -> SplitModel:
+        """The model the client trains: ``load``, then ``begin_fit``."""
         model = self.load(down, state)
         self.begin_fit(model, down, state)
-        opt = self.optimizer(model, self.shared + self.personal, state)
-        loss = self.train(model, opt, data, seed)
-        up = Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
-        return up, self.client_state(model, opt)
+        return model
+
+    def local_update(self, model: SplitModel, state: Record, data: ClientData,
+                     seed: int) -> tuple[float, tuple[LocalOptimizer, ...]]:
+        """Local training: ``local_epochs`` of one optimiser over ``trained_parts``; returns the
+        mean loss and the optimisers (whose state ``client_state`` keeps)."""
+        opt = self.optimizer(model, self.trained_parts, state)
+        return self.train(model, opt, data, seed), (opt,)
+
+    @property
+    def trained_parts(self) -> tuple[str, ...]:
+        """The model parts ``local_update`` trains: the shared and the personal ones."""
+        return self.shared + self.personal
+
+    def reply(self, model: SplitModel, data: ClientData, loss: float) -> Record:
+        """What the client sends: its ``shared`` parts, its train windows and its mean loss."""
+        return Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
+
+    def carry(self, state: Record, kept: Record) -> Record:
+        """``kept`` plus the ``carried`` keys of the client's previous ``state``."""
+        if self.carried:
+            kept.arrays.update({k: v for k, v in state.arrays.items() if k.startswith(self.carried)})
+        return kept
 
     def fit_many(self, jobs: list[FitJob], round: int) -> list[tuple[Record, Record]]:
         """``fit`` of several clients in one vectorised computation (``methods/batched.py``) when
@@ -211,7 +246,7 @@ class FedAvg(Method):
             work.append(batched.ClientJob({n: torch.from_numpy(np.asarray(start[n])) for n in names}, x, y, seed, momentum))
         results = self.train_together(work)
         out = []
-        for (_, _, data, _), res in zip(jobs, results, strict=True):
+        for (_, state, data, _), res in zip(jobs, results, strict=True):
             arrays = {n: host(w).copy() for n, w in res.weights.items()}
             up = Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
                         {"num_examples": len(data.train), "loss": res.loss})
@@ -221,7 +256,7 @@ class FedAvg(Method):
             if persist and res.momentum:
                 kept.update({f"{prefix}{i}.momentum_buffer": host(res.momentum[n]).copy()
                              for i, n in enumerate(names)})
-            out.append((up, Record(kept)))
+            out.append((up, self.carry(state, Record(kept))))
         return out
 
     def train_together(self, work: list[batched.ClientJob]) -> list[batched.ClientResult]:
@@ -237,7 +272,7 @@ class FedAvg(Method):
                 results += batched.train_together(
                     self.model, chunk, epochs=self.local_epochs, batch_size=self.batch_size, lr=o.lr,
                     momentum=o.momentum, weight_decay=o.weight_decay, clip=cfg.grad_clip,
-                    regression=self.task.kind == "regression")
+                    regression=self.task.kind == "regression", proximal=self.proximal_weight)
             except torch.cuda.OutOfMemoryError:
                 if len(chunk) == 1:
                     raise FedwearError(f"device=cuda: one client's training does not fit in the GPU's memory "
@@ -257,7 +292,7 @@ class FedAvg(Method):
         without a scheduler in fp32, every parameter trained, a pure model (no buffers or
         dropout) small enough for batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
         o, t = self.task.config.optimizer, self.task
-        trained = set(self.shared + self.personal)
+        trained = set(self.trained_parts)
         return (
             self.plain_step and not self.task.config.drop_last and self.task.config.precision == "fp32"
             and o.name == "sgd" and o.scheduler == "none"

@@ -77,9 +77,9 @@ from pydantic import Field, ValidationInfo, field_validator
 from fedwear.data.types import ClientData
 from fedwear.evaluation.predictor import Predictor
 from fedwear.methods.api import Options, Plan, Record, Task
-from fedwear.methods.fedavg import PARTS, tensors
+from fedwear.methods.fedavg import tensors
 from fedwear.methods.soft_clustering import CLUSTER, ClusterModels
-from fedwear.methods.training import host, load_arrays, model_arrays
+from fedwear.methods.training import host, load_arrays
 from fedwear.models import SplitModel
 from fedwear.seeding import derive_seed
 
@@ -225,16 +225,17 @@ class FedCE(ClusterModels):
         """The model ``sum_k u_k w_k`` (step 4; the personal model at evaluation)."""
         return self.loaded(combine(self.cluster_models(down), u))
 
-    def fit(self, down: Record, state: Record, data: ClientData, round: int, seed: int) -> tuple[Record, Record]:
-        torch.manual_seed(seed)
-        u = self.memberships(down, data, seed)
-        model = self.mixed(down, u)
+    def prepare(self, down, state, data, seed):
+        """The client's membership mix of the cluster models (steps 2-4)."""
+        self.membership = self.memberships(down, data, seed)
+        model = self.mixed(down, self.membership)
         self.begin_fit(model, down, state)
-        opt = self.optimizer(model, PARTS, state)
-        loss = self.train(model, opt, data, seed)
-        up = Record({**model_arrays(model, PARTS), MEMBERSHIP: u},
-                    {"num_examples": len(data.train), "loss": loss})
-        return up, self.client_state(model, opt)
+        return model
+
+    def reply(self, model, data, loss):
+        up = super().reply(model, data, loss)
+        up.arrays[MEMBERSHIP] = self.membership
+        return up
 
     # ---- evaluation ---------------------------------------------------------------------
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Record:

@@ -59,6 +59,7 @@ class FedMAT(FedAvg):
     summary = ("FedMAT (Shen et al. 2022): a shared network trained with a pairwise loss; each user's attention "
                "masks on its activations and head are fine-tuned locally (budgets e2, e4) and never shared.")
     Options = FedMATOptions
+    carried = (CLIENT, USER)  # the user's client network and head stay in its state
     devices = ("cpu", "cuda")
     kinds = ("classification",)
     budgets = ("e2", "e4")
@@ -80,12 +81,6 @@ class FedMAT(FedAvg):
 
     def loss(self, model, x, y):
         return pairwise_loss(model.features(x), y, self.options.scale)
-
-    def fit(self, down, state, data, round, seed):
-        """The shared network's round; the user's client network and head stay in its state."""
-        up, kept = super().fit(down, state, data, round, seed)
-        kept.arrays.update({k: v for k, v in state.arrays.items() if k.startswith((CLIENT, USER))})
-        return up, kept
 
     def aggregate(self, server, replies, round, plan=None):
         if not replies:

@@ -328,11 +328,16 @@ class FedPAC(FedAvg):
         model.train(was)
         return z
 
-    def fit(self, down, state, data, round, seed):
-        torch.manual_seed(seed)
+    def prepare(self, down, state, data, seed):
+        """The client's model: the server's body and combined head (which wins over the head
+        the client kept); the global prototypes for step 2."""
+        self.global_proto, self.global_mask = down.arrays[PROTO], down.arrays[MASK]
+        return self.load(Record({**state.arrays, **down.arrays}), Record())
+
+    def local_update(self, model, state, data, seed):
+        """Steps 1 and 2: the head on the frozen body, then the body on the frozen head, aligned
+        with the global prototypes."""
         o, q = self.options, self.task.num_classes
-        # the server's combined head (in down) wins over the head the client kept
-        model = self.load(Record({**state.arrays, **down.arrays}), Record())
         x, y = tensors(data)  # the host's (for the class bookkeeping below) and the device's copy
         xd, yd = x.to(self.device), y.to(self.device)
         head_opt = self.optimizer(model, ("head",), state, name="head",
@@ -340,14 +345,14 @@ class FedPAC(FedAvg):
         with frozen(model.body):
             self.train(model, head_opt, data, seed, epochs=o.head_epochs, loss_fn=self.head_loss, x=xd, y=yd)
 
-        glob = torch.from_numpy(down.arrays[PROTO]).float()
-        mask = torch.from_numpy(down.arrays[MASK]).bool()
+        glob = torch.from_numpy(self.global_proto).float()
+        mask = torch.from_numpy(self.global_mask).bool()
         present = torch.bincount(y, minlength=q) > 0
-        received = None
+        self.received = None
         if o.statistics == "received" or bool((present & ~mask).any()):
-            received = feature_statistics(self.embed(model, xd), yd, q)  # the body as received
-        if received is not None:
-            own = torch.from_numpy(received[0])
+            self.received = feature_statistics(self.embed(model, xd), yd, q)  # the body as received
+        if self.received is not None:
+            own = torch.from_numpy(self.received[0])
             glob = torch.where(mask[:, None], glob, own)
         self.targets, self.target_mask = glob.to(self.device), (mask | present).float().to(self.device)
         body_opt = self.optimizer(model, ("body",), state, name="body")
@@ -356,13 +361,17 @@ class FedPAC(FedAvg):
                 loss = self.train(model, body_opt, data, derive_seed(seed, "body"), x=xd, y=yd)
         finally:
             self.targets = self.target_mask = None
+        return loss, (head_opt, body_opt)
 
-        means, counts, h, v = feature_statistics(self.embed(model, xd), yd, q)
-        if o.statistics == "received":
-            _, _, h, v = received
-        up = Record({**model_arrays(model, ("body", "head")), PROTO: means, COUNT: counts, STAT_H: h, STAT_V: v},
-                    {"num_examples": len(data.train), "loss": loss})
-        return up, self.client_state(model, head_opt, body_opt)
+    def reply(self, model, data, loss):
+        """Step 3: both parts, and the feature statistics of the trained body (those of the
+        received one with ``statistics: received``)."""
+        x, y = (t.to(self.device) for t in tensors(data))
+        means, counts, h, v = feature_statistics(self.embed(model, x), y, self.task.num_classes)
+        if self.options.statistics == "received":
+            _, _, h, v = self.received
+        return Record({**model_arrays(model, ("body", "head")), PROTO: means, COUNT: counts, STAT_H: h, STAT_V: v},
+                      {"num_examples": len(data.train), "loss": loss})
 
     def personal_predictor(self, down: Record, state: Record) -> Predictor | None:
         """The server's body with the client's just-trained head (default), or with its combined

@@ -227,15 +227,14 @@ class FedPCL(FedAvg):
         out = model.head(z if o.task_loss else z.detach())
         return self.criterion(out, y) + o.ld * con
 
-    def fit(self, down, state, data, round, seed):
-        torch.manual_seed(seed)
-        model = self.load(down, state)
-        self.begin_fit(model, down, state)
-        opt = self.optimizer(model, self.trained, state)
-        loss = self.train(model, opt, data, seed)
+    @property
+    def trained_parts(self) -> tuple[str, ...]:
+        return self.trained
+
+    def reply(self, model, data, loss):
+        """The local prototypes (never the model)."""
         proto, count = self.local_prototypes(model, data)
-        up = Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": loss})
-        return up, self.client_state(model, opt)
+        return Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": loss})
 
     def local_prototypes(self, model: Projected, data: ClientData) -> tuple[np.ndarray, np.ndarray]:
         """Per-key means of ``z`` over the train split after training (eval mode) and the counts."""

@@ -9,7 +9,7 @@ No model weights cross the network: each client keeps its whole model (and, with
   detached embedding when the class has none, so it adds nothing: the code's ``proto_new``).
 - Client i, local prototypes (Eq. 3): per-class means of the embeddings. The code
   (``update_weights_het``) collects the embeddings of the forward passes, taken before each
-  optimiser step, of the *last* local epoch only; so does :meth:`FedProto.fit`.
+  optimiser step, of the *last* local epoch only; so does :meth:`FedProto.reply`.
 - Server (Alg. 1, the code's ``proto_aggregation`` in ``lib/utils.py``): class j's global
   prototype is the plain mean over the clients that returned class j this round; classes
   nobody returned are absent.
@@ -113,14 +113,17 @@ class FedProto(FedAvg):
         target = prototypes.targets(z, key, self.global_proto, self.global_mask)
         return self.criterion(model.head(z), y) + self.options.ld * prototypes.distance(z, target, "l2")
 
-    def fit(self, down, state, data, round, seed):
-        torch.manual_seed(seed)
-        model = self.load(down, state)
-        self.begin_fit(model, down, state)
-        n = len(data.train)
-        self.seen = deque(maxlen=math.ceil(n / self.batch_size))  # the last epoch's batches
-        opt = self.optimizer(model, self.personal, state)
-        loss = self.train(model, opt, data, seed)
+    def prepare(self, down, state, data, seed):
+        model = super().prepare(down, state, data, seed)
+        self.seen = deque(maxlen=math.ceil(len(data.train) / self.batch_size))  # the last epoch's batches
+        return model
+
+    @property
+    def trained_parts(self) -> tuple[str, ...]:
+        return self.personal
+
+    def reply(self, model, data, loss):
+        """The local prototypes: per-key means of the last epoch's embeddings (Eq. 3; the code's update_weights_het)."""
         q = self.num_keys
         if self.seen:
             z, y = (torch.cat(t) for t in zip(*self.seen, strict=True))
@@ -128,8 +131,7 @@ class FedProto(FedAvg):
         else:  # local_epochs = 0: nothing seen, nothing to share
             proto, count = np.zeros((q, self.dim), np.float32), np.zeros(q, np.float32)
         self.seen = None
-        up = Record({PROTO: proto, COUNT: count}, {"num_examples": n, "loss": loss})
-        return up, self.client_state(model, opt)
+        return Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": loss})
 
     def global_message(self, server: Record) -> Record | None:
         return None

@@ -21,6 +21,11 @@ class FedProx(FedAvg):
     devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "FedProx (Li et al. 2020): FedAvg with a proximal term keeping local weights near the global ones."
     Options = FedProxOptions
+    plain_step = True  # FedAvg's step plus the proximal term, which engine=batched adds too
+
+    @property
+    def proximal_weight(self) -> float:
+        return self.options.mu
 
     def begin_fit(self, model, down, state):
         trained = [p for p in model.parameters() if p.requires_grad]

@@ -14,9 +14,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedwear.methods.api import Options, Record
+from fedwear.methods.api import Options
 from fedwear.methods.fedavg import FedAvg
-from fedwear.methods.training import model_arrays
 from fedwear.seeding import derive_seed
 
 
@@ -52,18 +51,15 @@ class FedRep(FedAvg):
     shared = ("body",)
     personal = ("head",)
 
-    def fit(self, down, state, data, round, seed):
-        torch.manual_seed(seed)
-        model = self.load(down, state)
-        self.begin_fit(model, down, state)
+    def local_update(self, model, state, data, seed):
+        """The head on the frozen body, then the body on the frozen head (Algorithm 1)."""
         head_opt = self.optimizer(model, ("head",), state, name="head", lr=self.options.head_lr)
         with frozen(model.body):
             self.train(model, head_opt, data, seed, epochs=self.options.head_epochs, loss_fn=self.head_loss)
         body_opt = self.optimizer(model, ("body",), state, name="body")
         with frozen(model.head):
             loss = self.train(model, body_opt, data, derive_seed(seed, "body"))
-        up = Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
-        return up, self.client_state(model, head_opt, body_opt)
+        return loss, (head_opt, body_opt)
 
     def head_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The head step's objective: cross-entropy (ProtoHAR's code adds nothing here either)."""

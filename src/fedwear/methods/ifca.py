@@ -28,9 +28,9 @@ from pydantic import Field
 
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Plan, Record, Task
-from fedwear.methods.fedavg import PARTS, tensors
+from fedwear.methods.fedavg import tensors
 from fedwear.methods.soft_clustering import CLUSTER, ClusterModels
-from fedwear.methods.training import host, load_arrays, model_arrays, weighted_mean
+from fedwear.methods.training import host, load_arrays, weighted_mean
 from fedwear.models import SplitModel
 
 #: Scalar of a reply (and of a personalized state): the index of the chosen cluster model.
@@ -111,15 +111,17 @@ class IFCA(ClusterModels):
         """``argmin_k L(w_k; D_i)`` (IFCA's cluster identity estimate; the first k on ties)."""
         return int(np.argmin(self.cluster_losses(down, data)))
 
-    def fit(self, down: Record, state: Record, data: ClientData, round: int, seed: int) -> tuple[Record, Record]:
-        torch.manual_seed(seed)
-        k = self.choose(down, data)
-        model = self.cluster_model(down, k)
+    def prepare(self, down, state, data, seed):
+        """The cluster model with the lowest loss on the client's data."""
+        self.chosen = self.choose(down, data)
+        model = self.cluster_model(down, self.chosen)
         self.begin_fit(model, down, state)
-        opt = self.optimizer(model, PARTS, state)
-        loss = self.train(model, opt, data, seed)
-        up = Record(model_arrays(model, PARTS), {"num_examples": len(data.train), "loss": loss, CHOSEN: k})
-        return up, self.client_state(model, opt)
+        return model
+
+    def reply(self, model, data, loss):
+        up = super().reply(model, data, loss)
+        up.scalars[CHOSEN] = self.chosen
+        return up
 
     # ---- evaluation ---------------------------------------------------------------------
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Record:

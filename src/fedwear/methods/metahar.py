@@ -77,6 +77,7 @@ class MetaHAR(Reptile):
     summary = ("Meta-HAR (Li et al. 2021): a federated embedding trained with a pairwise loss and Reptile steps; "
                "each user fine-tunes it and a head over its own activities (budgets n1-n3).")
     Options = MetaHAROptions
+    carried = (USER,)  # the user's head (and its class list) stays in its state
     devices = ("cpu", "cuda")
     kinds = ("classification",)
     budgets = ("n1", "n2", "n3")
@@ -95,12 +96,6 @@ class MetaHAR(Reptile):
         if self.options.train_loss == "ce":
             return super().loss(model, x, y)
         return pairwise_loss(model.features(x), y, self.options.scale)
-
-    def fit(self, down, state, data, round, seed):
-        """FedAvg's fit of the embedding; the user's head (and its class list) stays in its state."""
-        up, kept = super().fit(down, state, data, round, seed)
-        kept.arrays.update({k: v for k, v in state.arrays.items() if k.startswith(USER)})
-        return up, kept
 
     # ---- personalisation ----------------------------------------------------------------
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Personalized:

@@ -104,12 +104,16 @@ class ProtoHAR(FedRep):
             if c not in self.first:
                 self.first[c] = z[(y == c).nonzero()[0, 0]].detach().clone()
 
-    def fit(self, down, state, data, round, seed):
+    def prepare(self, down, state, data, seed):
         self.classes = len(np.unique(data.train.y))
-        up, kept = super().fit(down, state, data, round, seed)
+        return super().prepare(down, state, data, seed)
+
+    def reply(self, model, data, loss):
+        """The body, and the local prototypes P_i (Eq. 4)."""
+        up = super().reply(model, data, loss)
         proto, count = self.local_prototypes(data)
         up.arrays.update({PROTO: proto, COUNT: count})
-        return up, kept
+        return up
 
     def local_prototypes(self, data) -> tuple[np.ndarray, np.ndarray]:
         x, y = tensors(data)

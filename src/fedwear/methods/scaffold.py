@@ -23,11 +23,9 @@ the corrected gradients then grow round after round until the model diverges.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from pydantic import Field
 from torch import nn
 
-from fedwear.data.types import ClientData
 from fedwear.methods.api import Options, Plan, Record
 from fedwear.methods.fedavg import FedAvg
 from fedwear.methods.training import model_arrays
@@ -92,24 +90,31 @@ class Scaffold(FedAvg):
         group = self.opt.optimizer.param_groups[0]
         self.step_sizes += group["lr"] / (1.0 - group.get("momentum", 0.0))  # heavy ball: eta / (1 - beta)
 
-    def fit(self, down: Record, state: Record, data: ClientData, round: int,
-            seed: int) -> tuple[Record, Record]:
-        torch.manual_seed(seed)
-        model = self.load(down, state)
-        x = model_arrays(model, self.shared)
-        self.begin_fit(model, down, state)
-        self.opt = self.optimizer(model, self.shared + self.personal, state)
-        loss = self.train(model, self.opt, data, seed)
-        y = model_arrays(model, self.shared)
-        ci_new = {  # option II (line 12); no step taken (no data): c_i is kept
+    def prepare(self, down, state, data, seed):
+        model = super().prepare(down, state, data, seed)
+        self.start = model_arrays(model, self.shared)  # x, the server model
+        return model
+
+    def local_update(self, model, state, data, seed):
+        self.opt = self.optimizer(model, self.trained_parts, state)  # before_step reads its learning rate
+        return self.train(model, self.opt, data, seed), (self.opt,)
+
+    def reply(self, model, data, loss):
+        """Delta y_i and Delta c_i (Alg. 1 lines 12-13), c_i+ by option II."""
+        x, y = self.start, model_arrays(model, self.shared)
+        self.ci_new = {  # option II (line 12); no step taken (no data): c_i is kept
             n: (self.ci[n] - self.c[n] + (x[n] - y[n]) / self.step_sizes).astype(self.ci[n].dtype)
             if self.step_sizes else self.ci[n]
             for n in self.params
         }
-        up = {**{k: y[k] - x[k] for k in x}, **{C + n: ci_new[n] - self.ci[n] for n in self.params}}
-        new_state = self.client_state(model, self.opt)
-        new_state.arrays.update({CI + n: v for n, v in ci_new.items()})
-        return Record(up, {"num_examples": len(data.train), "loss": loss}), new_state
+        up = {**{k: y[k] - x[k] for k in x}, **{C + n: self.ci_new[n] - self.ci[n] for n in self.params}}
+        return Record(up, {"num_examples": len(data.train), "loss": loss})
+
+    def client_state(self, model, *opts):
+        """FedAvg's, plus c_i+."""
+        kept = super().client_state(model, *opts)
+        kept.arrays.update({CI + n: v for n, v in self.ci_new.items()})
+        return kept
 
 
 __all__ = ["Scaffold"]

@@ -75,6 +75,14 @@ class ClusterModels(FedAvg):
         """All K cluster models."""
         return Record(dict(server.arrays))
 
+    @property
+    def trained_parts(self) -> tuple[str, ...]:
+        return PARTS  # the whole model the client starts from, whichever cluster's it is
+
+    def reply(self, model, data, loss):
+        """The trained model, for the server to fold into the clusters it was drawn for."""
+        return Record(model_arrays(model, PARTS), {"num_examples": len(data.train), "loss": loss})
+
 
 class SoftClustered(ClusterModels):
     """The machinery above; subclasses decide the rounds and how ``u`` and ``v`` are estimated."""
@@ -129,9 +137,8 @@ class SoftClustered(ClusterModels):
             out = self.criterion(m(x), y)
             return out + proximal() if lam else out
 
-        opt = self.optimizer(model, PARTS, state)
-        value = self.train(model, opt, data, seed, loss_fn=loss)
-        up = Record(model_arrays(model, PARTS), {"num_examples": len(data.train), "loss": value})
+        opt = self.optimizer(model, self.trained_parts, state)
+        up = self.reply(model, data, self.train(model, opt, data, seed, loss_fn=loss))
         kept = self.client_state(model, opt)
         kept.arrays[U] = u
         return up, kept
