@@ -65,3 +65,18 @@ def config_for(method: str, **overrides) -> RunConfig:
     if "classification" in method_class(method).kinds:
         return tiny_config(method=method, **overrides)
     return tiny_regression_config(method=method, **overrides)
+
+
+#: Settings that let a method show all of its phases within tiny_config's 3 rounds.
+PHASES = {
+    "fedali": {"model.name": "hart", "evaluation.personal_model": "trained",
+               "model.options": {"projection_dim": 32, "patch_size": 8, "kernels": [3, 5], "head_units": 16,
+                                 "alp": {"prototypes": [16, 8]}}},
+    "fedhome": {"method_options.fedhome.personal_rounds": 1},
+    "fedmat": {"model.name": "fedmat", "model.options": {"filters": 32, "hidden": 8}, "optimizer.name": "adam",
+               "dataset.synthetic.channels": 6, "rounds": 1, "dataset.max_clients": 4},
+    "metahar": {"method_options.metahar.finetune_epochs": 1, "optimizer.name": "adam", "optimizer.persist": True,
+                "dataset.drop_classes": 1},
+    "pcfedh": {"method_options.pcfedh": {"pcl_rounds": 1, "clusters": 2, "per_cluster": 2, "encoder_epochs": 1,
+                                         "crop_margin": 4}},
+}

@@ -28,7 +28,7 @@ from fedwear.engines.flower import (  # noqa: E402
 from fedwear.engines.runner import Roster, Runner  # noqa: E402
 from fedwear.methods import METHODS, Record, Task, build_method  # noqa: E402
 from tests.flower_local import LocalGrid  # noqa: E402
-from tests.helpers import config_for, tiny_config  # noqa: E402
+from tests.helpers import PHASES, config_for, tiny_config  # noqa: E402
 
 
 def test_record_round_trip_keeps_names_dtypes_and_scalars():
@@ -72,21 +72,6 @@ def run_on_grid(cfg, out, **grid_kwargs):
     executor = GridExecutor(grid, cfg, n)
     Runner(cfg, method, roster, executor, [CsvSink(out)]).run()
     return executor, grid
-
-
-#: Settings that let a method show all of its phases within tiny_config's 3 rounds.
-PHASES = {
-    "fedali": {"model.name": "hart", "evaluation.personal_model": "trained",
-               "model.options": {"projection_dim": 32, "patch_size": 8, "kernels": [3, 5], "head_units": 16,
-                                 "alp": {"prototypes": [16, 8]}}},
-    "fedhome": {"method_options.fedhome.personal_rounds": 1},
-    "fedmat": {"model.name": "fedmat", "model.options": {"filters": 32, "hidden": 8}, "optimizer.name": "adam",
-               "dataset.synthetic.channels": 6, "rounds": 1, "dataset.max_clients": 4},
-    "metahar": {"method_options.metahar.finetune_epochs": 1, "optimizer.name": "adam", "optimizer.persist": True,
-                "dataset.drop_classes": 1},
-    "pcfedh": {"method_options.pcfedh": {"pcl_rounds": 1, "clusters": 2, "per_cluster": 2, "encoder_epochs": 1,
-                                         "crop_margin": 4}},
-}
 
 
 #: The parts of the model that each method's paper keeps on the client: no array of theirs may

@@ -22,8 +22,7 @@ import yaml
 import fedwear
 from fedwear.config import load_config
 from fedwear.methods import METHODS
-from tests.helpers import config_for
-from tests.test_flower import PHASES
+from tests.helpers import PHASES, config_for
 
 GOLDEN = Path(__file__).with_name("golden.json")
 WRITE = os.environ.get("FEDWEAR_WRITE_GOLDEN") == "1"

@@ -16,8 +16,7 @@ import torch
 import fedwear
 from fedwear.methods import METHODS
 from fedwear.methods.api import Method, Task
-from tests.helpers import config_for
-from tests.test_flower import PHASES
+from tests.helpers import PHASES, config_for
 
 CUDA = torch.cuda.is_available()
 #: cuda against cpu after 2 rounds (fp32, no TF32): train losses to this relative difference,
