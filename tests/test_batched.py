@@ -16,7 +16,7 @@ from fedwear.methods.api import Task
 from fedwear.methods.batched import ClientJob, train_together
 from fedwear.methods.training import train_epochs
 from fedwear.models import build_model
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_regression_config
 
 SGD = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
 
@@ -58,12 +58,18 @@ def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip, 
         assert res.loss == pytest.approx(loss, rel=1e-5)
 
 
+PERSIST = {"optimizer.persist": True, "optimizer.momentum": 0.9}
+
+
 @pytest.mark.parametrize("method, sets", [
     ("fedavg", {"optimizer.persist": True, "grad_clip": 1.0, "optimizer.momentum": 0.9}),
     ("local", {}),
     ("fedper", {"optimizer.weight_decay": 1e-3}),
     ("fedavg", {"privacy.dp": "central", "privacy.noise_multiplier": 0.1, "privacy.clipping_norm": 1.0}),
     ("fedprox", {"method_options.fedprox.mu": 0.5}),  # FedAvg's step plus the proximal term
+    ("fedrep", {"method_options.fedrep.head_lr": 0.01}),  # head step, then body step
+    ("protohar", {"grad_clip": 1.0}),  # the prototype pull, first embeddings recorded
+    ("fedproto", {}),  # the prototype pull, the last epoch's embeddings
     ("scaffold", {}),  # its own step hooks: trained client by client
 ])
 def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
@@ -76,7 +82,8 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     sim = fedwear.run(cfg, tmp_path / "sim")
     assert not calls
     fast = fedwear.run(cfg.model_copy(update={"engine": "batched"}), tmp_path / "batched")
-    assert len(calls) == (0 if method == "scaffold" else cfg.rounds)
+    steps = {"scaffold": 0, "fedrep": 2, "protohar": 2}.get(method, 1)  # FedRep's, ProtoHAR's: head, body
+    assert len(calls) == steps * cfg.rounds
     a, b = sim.metrics, fast.metrics
     assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
     for m in ("accuracy", "macro_f1", "auc"):
@@ -90,14 +97,52 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
             np.testing.assert_allclose(y.arrays[k], x.arrays[k], atol=1e-4, rtol=1e-3, err_msg=k)
 
 
-def test_only_plain_steps_on_small_models_are_vectorised():
+@pytest.mark.parametrize("method, sets, config", [
+    ("fedavg", PERSIST, tiny_config),
+    ("fedprox", {"method_options.fedprox.mu": 0.5, **PERSIST}, tiny_config),
+    ("fedrep", {**PERSIST, "method_options.fedrep.head_lr": 0.01}, tiny_config),
+    ("protohar", {**PERSIST, "grad_clip": 1.0}, tiny_config),  # code variant: first embeddings
+    ("protohar", {"method_options.protohar.variant": "paper", "method_options.protohar.distance": "cosine"}, tiny_config),
+    ("protohar", {"method_options.protohar.reweight": 5.0, **PERSIST}, tiny_config),  # Eq. 5
+    ("protohar", {"method_options.protohar.head_epochs": 0, **PERSIST}, tiny_config),  # no head buffers kept
+    ("protohar", {"method_options.protohar.distance": "l1", "evaluation.personal_model": "trained"}, tiny_config),
+    ("fedproto", PERSIST, tiny_config),  # last epoch's embeddings per class
+    ("fedproto", {"model.name": "cnn", "model.options": {"width": 8}, "optimizer.name": "sgd"},
+     tiny_regression_config),  # per target bin
+])
+def test_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config):
+    """Every round of a batched run, each client's reply and kept state from ``fit_together``
+    equal what ``fit`` gives on the same inputs, up to float rounding. (Whole runs drift apart
+    further: a rounding difference can flip a max-pool's choice, and later rounds amplify it.)"""
+    cls = type(build_method(Task(config(method=method, **sets), 32, 3, 3, 6)))
+    real, checked = cls.fit_together, []
+
+    def compared(self, jobs):
+        out = real(self, jobs)
+        for (down, state, data, seed), (up, kept) in zip(jobs, out, strict=True):
+            want_up, want_kept = self.fit(down, state, data, 0, seed)
+            for got, want in ((up, want_up), (kept, want_kept)):
+                assert got.arrays.keys() == want.arrays.keys()
+                for k in want.arrays:
+                    np.testing.assert_allclose(got.arrays[k], want.arrays[k], atol=1e-6, rtol=1e-5, err_msg=k)
+            assert up.scalars["loss"] == pytest.approx(want_up.scalars["loss"], rel=1e-6)
+            checked.append(bool(state.arrays))
+        return out
+
+    monkeypatch.setattr(cls, "fit_together", compared)
+    fedwear.run(config(method=method, engine="batched", **sets), tmp_path)
+    assert len(checked) == 9 and any(checked)  # every fit of 3 rounds, some from a kept state
+
+
+def test_only_declared_steps_on_small_models_are_vectorised():
     def method(name, **sets):
         cfg = tiny_config(method=name, **sets)
         return build_method(Task(cfg, 32, 3, 3, 6))
     assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
     assert method("fedprox").vectorizable  # FedAvg's step plus the proximal term train_together adds
     assert not method("scaffold").vectorizable  # own step hooks
-    assert not method("fedrep").vectorizable  # own fit
+    assert method("fedrep").vectorizable and method("protohar").vectorizable and method("fedproto").vectorizable
+    assert not method("fedpcl").vectorizable  # own step, no fit_together
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable
     assert not method("fedavg", **{"model.name": "lstm", "model.options": {}}).vectorizable  # vmap falls back
     cfg = tiny_config(**{"model.name": "harcnn", "model.options": {}})

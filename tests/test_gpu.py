@@ -12,8 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from typer.testing import CliRunner
 
 import fedwear
+from fedwear.cli import app
 from fedwear.methods import METHODS
 from fedwear.methods.api import Method, Task
 from tests.helpers import PHASES, config_for
@@ -48,6 +50,8 @@ def numbers(result) -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_every_method_runs_on_a_gpu(method):
     """Declared, and named by ``fedwear methods`` (``[cpu or cuda]``)."""
     assert METHODS[method].devices == ("cpu", "cuda"), f"{method} does not declare cuda"
+    listed = CliRunner().invoke(app, ["methods"]).output
+    assert any(line.startswith(f"{method} ") and "[cpu or cuda" in line for line in listed.splitlines())
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

@@ -187,7 +187,10 @@ def methods_cmd() -> None:
     from fedwear.methods import METHODS
 
     for name, cls in METHODS.items():
-        typer.echo(f"{name:12s} {cls.summary}" + (" [cpu or cuda]" if "cuda" in cls.devices else ""))
+        marks = ["cpu or cuda" if "cuda" in cls.devices else "cpu"]
+        if getattr(cls, "trains_together", False):  # engine=batched may train its clients together
+            marks.append("batched: clients trained together")
+        typer.echo(f"{name:12s} {cls.summary} [{'; '.join(marks)}]")
         for opt, field in cls.Options.model_fields.items():
             typer.echo(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}")
 

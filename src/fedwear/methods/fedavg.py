@@ -42,8 +42,8 @@ PARTS = ("body", "head")
 #: Prefix of the client's trained model in its state (``evaluation.personal_model: trained``).
 TRAINED = "trained."
 #: Hooks that define a client's round: a class overriding any of them trains client by client
-#: (``plain_step`` is then False).
-STEP_HOOKS = ("fit", "prepare", "local_update", "reply", "trained_parts", "load", "begin_fit", "optimizer", "train",
+#: (``trains_together`` is then False) unless it declares how it trains together.
+STEP_HOOKS = ("fit", "fit_together", "prepare", "local_update", "reply", "trained_parts", "load", "begin_fit", "optimizer", "train",
               "loss", "before_step", "after_step", "client_state")
 #: Per device, above this many training FLOPs per window clients train one after another even
 #: with ``engine: batched``. On the CPU the step is then compute-bound and batching saves nothing
@@ -69,15 +69,18 @@ class FedAvg(Method):
     proximal_weight: float = 0.0
     #: Prefixes of client-state keys that ``fit`` keeps as they were (Meta-HAR's user head).
     carried: ClassVar[tuple[str, ...]] = ()
-    #: The local step is FedAvg's own (no ``STEP_HOOKS`` overridden; FedProx's adds only
-    #: ``proximal_weight``): ``engine: batched`` may train a round's clients together.
-    plain_step: ClassVar[bool] = True
+    #: ``fit_together`` reproduces ``fit``, so ``engine: batched`` may train a round's clients
+    #: together. Derived when the class is defined: True when it overrides none of the
+    #: ``STEP_HOOKS`` and its bases train together (FedAvg's step; FedProx's adds only
+    #: ``proximal_weight``, which the vectorised step adds too). A class with its own
+    #: ``fit_together`` declares it (ProtoHAR, FedProto).
+    trains_together: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if "plain_step" not in cls.__dict__:  # derived once, when the class is defined
-            cls.plain_step = not any(h in cls.__dict__ for h in STEP_HOOKS) and all(
-                base.plain_step for base in cls.__bases__ if issubclass(base, FedAvg))
+        if "trains_together" not in cls.__dict__:
+            cls.trains_together = not any(h in cls.__dict__ for h in STEP_HOOKS) and all(
+                base.trains_together for base in cls.__bases__ if issubclass(base, FedAvg))
 
     def __init__(self, task: Task, options: BaseOptions) -> None:
         super().__init__(task, options)
@@ -227,52 +230,74 @@ class FedAvg(Method):
         return kept
 
     def fit_many(self, jobs: list[FitJob], round: int) -> list[tuple[Record, Record]]:
-        """``fit`` of several clients in one vectorised computation (``methods/batched.py``) when
-        the local step is FedAvg's plain one on a small model; otherwise one after another."""
+        """``fit`` of several clients in one vectorised computation (``fit_together``) when the
+        class's step allows it on this model (``vectorizable``); otherwise one after another."""
         if not self.vectorizable:
             return super().fit_many(jobs, round)
-        model = self.model
-        names = [n for n, _ in model.named_parameters()]
-        persist = self.task.config.optimizer.persist
-        prefix = "optim.model."
-        work = []
-        for down, state, data, seed in jobs:
-            start = {**self.initial, **down.arrays, **state.arrays}
-            buffers = [state.arrays.get(f"{prefix}{i}.momentum_buffer") for i in range(len(names))]
-            momentum = None
-            if persist and all(b is not None for b in buffers):
-                momentum = {n: torch.from_numpy(np.array(b)) for n, b in zip(names, buffers, strict=True)}
-            x, y = tensors(data)
-            work.append(batched.ClientJob({n: torch.from_numpy(np.asarray(start[n])) for n in names}, x, y, seed, momentum))
-        results = self.train_together(work)
+        return self.fit_together(jobs)
+
+    def fit_together(self, jobs: list[FitJob]) -> list[tuple[Record, Record]]:
+        """FedAvg's ``fit`` of every job at once (``methods/batched.py``): equal to it up to
+        float rounding. A class that declares ``trains_together`` with its own step overrides this."""
+        names = self.parameter_names()
+        work = [self.client_job(down, state, data, seed, "model", names) for down, state, data, seed in jobs]
         out = []
-        for (_, state, data, _), res in zip(jobs, results, strict=True):
+        for (_, state, data, _), res in zip(jobs, self.train_together(work), strict=True):
             arrays = {n: host(w).copy() for n, w in res.weights.items()}
             up = Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
                         {"num_examples": len(data.train), "loss": res.loss})
-            kept = {n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.personal}
-            if self.keeps_trained:
-                kept.update({TRAINED + n: a for n, a in arrays.items()})
-            if persist and res.momentum:
-                kept.update({f"{prefix}{i}.momentum_buffer": host(res.momentum[n]).copy()
-                             for i, n in enumerate(names)})
-            out.append((up, self.carry(state, Record(kept))))
+            out.append((up, self.kept_together(state, arrays, {"model": res.momentum})))
         return out
 
-    def train_together(self, work: list[batched.ClientJob]) -> list[batched.ClientResult]:
-        """:func:`batched.train_together` of the jobs; on a GPU in chunks of at most
-        ``_max_together`` clients, halved whenever the GPU runs out of memory (the clients are
-        independent: their numbers do not depend on the chunks)."""
+    def parameter_names(self, parts: tuple[str, ...] = PARTS) -> list[str]:
+        """Names of the model's parameters in ``parts``, in the order an optimiser holds them."""
+        prefixes = tuple(f"{p}." for p in parts)
+        return [n for n, _ in self.model.named_parameters() if n.startswith(prefixes)]
+
+    def client_job(self, down: Record, state: Record, data: ClientData, seed: int, optimizer: str,
+                   trained: list[str]) -> batched.ClientJob:
+        """A job for ``train_together``: the weights ``load`` would give, the client's train split
+        and the momentum buffers of its optimiser ``optimizer`` over ``trained``."""
+        start = {**self.initial, **down.arrays, **state.arrays}
+        weights = {n: torch.from_numpy(np.asarray(start[n])) for n in self.parameter_names()}
+        return batched.ClientJob(weights, *tensors(data), seed, self.kept_momentum(state, optimizer, trained))
+
+    def kept_momentum(self, state: Record, optimizer: str, trained: list[str]) -> dict[str, torch.Tensor] | None:
+        """The momentum buffers the client's optimiser ``optimizer`` over ``trained`` kept
+        (``optimizer.persist``), by parameter name; None when it has none yet."""
+        buffers = [state.arrays.get(f"optim.{optimizer}.{i}.momentum_buffer") for i in range(len(trained))]
+        if not self.task.config.optimizer.persist or any(b is None for b in buffers):
+            return None
+        return {n: torch.from_numpy(np.array(b)) for n, b in zip(trained, buffers, strict=True)}
+
+    def kept_together(self, state: Record, arrays: dict[str, np.ndarray],
+                      momenta: dict[str, dict[str, torch.Tensor]]) -> Record:
+        """What ``fit`` keeps (``client_state``, then ``carry``) from clients trained together: the
+        ``personal`` parts of ``arrays``, the momentum buffers of each named optimiser when
+        ``optimizer.persist``, the whole model under ``trained.`` when asked."""
+        kept = {n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.personal}
+        if self.keeps_trained:
+            kept.update({TRAINED + n: a for n, a in arrays.items()})
+        if self.task.config.optimizer.persist:
+            for name, buffers in momenta.items():
+                kept.update({f"optim.{name}.{i}.momentum_buffer": host(b).copy() for i, b in enumerate(buffers.values())})
+        return self.carry(state, Record(kept))
+
+    def train_together(self, work: list[batched.ClientJob], **step) -> list[batched.ClientResult]:
+        """:func:`batched.train_together` of the jobs with the run's optimiser, epochs and loss
+        (``step`` overrides or adds arguments); on a GPU in chunks of at most ``_max_together``
+        clients, halved whenever the GPU runs out of memory (the clients are independent: their
+        numbers do not depend on the chunks)."""
         cfg = self.task.config
         o = cfg.optimizer
+        step = {"epochs": self.local_epochs, "batch_size": self.batch_size, "lr": o.lr, "momentum": o.momentum,
+                "weight_decay": o.weight_decay, "clip": cfg.grad_clip, "regression": self.task.kind == "regression",
+                "proximal": self.proximal_weight, **step}
         results: list[batched.ClientResult] = []
         while len(results) < len(work):
             chunk = work[len(results):len(results) + self._max_together]
             try:
-                results += batched.train_together(
-                    self.model, chunk, epochs=self.local_epochs, batch_size=self.batch_size, lr=o.lr,
-                    momentum=o.momentum, weight_decay=o.weight_decay, clip=cfg.grad_clip,
-                    regression=self.task.kind == "regression", proximal=self.proximal_weight)
+                results += batched.train_together(self.model, chunk, **step)
             except torch.cuda.OutOfMemoryError:
                 if len(chunk) == 1:
                     raise FedwearError(f"device=cuda: one client's training does not fit in the GPU's memory "
@@ -288,13 +313,13 @@ class FedAvg(Method):
 
     @cached_property
     def vectorizable(self) -> bool:
-        """Whether ``fit_many`` can train clients together: FedAvg's step (``plain_step``), SGD
+        """Whether ``fit_many`` can train clients together: the class's step (``trains_together``), SGD
         without a scheduler in fp32, every parameter trained, a pure model (no buffers or
         dropout) small enough for batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
         o, t = self.task.config.optimizer, self.task
         trained = set(self.trained_parts)
         return (
-            self.plain_step and not self.task.config.drop_last and self.task.config.precision == "fp32"
+            self.trains_together and not self.task.config.drop_last and self.task.config.precision == "fp32"
             and o.name == "sgd" and o.scheduler == "none"
             and all(n.split(".", 1)[0] in trained for n, _ in self.model.named_parameters())
             and batched.can_vectorize(self.model)

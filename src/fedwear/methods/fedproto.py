@@ -51,10 +51,11 @@ from pydantic import Field
 from torch import nn
 
 from fedwear.data.types import ClientData
-from fedwear.methods import prototypes
+from fedwear.methods import batched, prototypes
 from fedwear.methods.api import Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg
 from fedwear.methods.prototypes import COUNT, MASK, PROTO, TargetBinOptions
+from fedwear.methods.training import host
 
 
 class FedProtoOptions(TargetBinOptions):
@@ -132,6 +133,32 @@ class FedProto(FedAvg):
             proto, count = np.zeros((q, self.dim), np.float32), np.zeros(q, np.float32)
         self.seen = None
         return Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": loss})
+
+    # ---- clients trained together (engine: batched) -----------------------------------------
+    trains_together = True
+
+    def fit_together(self, jobs):
+        """``fit`` of every job at once, the pull toward the global prototypes in the step and the
+        last epoch's embeddings summed per key; equal to ``fit`` up to float rounding
+        (tests/test_batched.py)."""
+        down = jobs[0][0]  # every client gets the server's prototypes
+        pull = batched.Pull(self.on_device(down.arrays[PROTO]), self.on_device(down.arrays[MASK]), self.options.ld)
+        work = []
+        for down, state, data, seed in jobs:
+            job = self.client_job(down, state, data, seed, "model", self.parameter_names())
+            job.keys = prototypes.keys(job.y, self.task, self.options)
+            work.append(job)
+        out = []
+        for (_, state, data, _), res in zip(jobs, self.train_together(work, pull=pull, record="last_epoch",
+                                                                     num_keys=self.num_keys), strict=True):
+            if res.embeddings is None:  # local_epochs = 0: nothing seen, nothing to share
+                proto, count = np.zeros((self.num_keys, self.dim), np.float32), np.zeros(self.num_keys, np.float32)
+            else:
+                proto, count = prototypes.means(res.embeddings, res.seen)
+            arrays = {n: host(w).copy() for n, w in res.weights.items()}
+            up = Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": res.loss})
+            out.append((up, self.kept_together(state, arrays, {"model": res.momentum})))
+        return out
 
     def global_message(self, server: Record) -> Record | None:
         return None

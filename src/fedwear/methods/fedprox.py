@@ -21,7 +21,7 @@ class FedProx(FedAvg):
     devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "FedProx (Li et al. 2020): FedAvg with a proximal term keeping local weights near the global ones."
     Options = FedProxOptions
-    plain_step = True  # FedAvg's step plus the proximal term, which engine=batched adds too
+    trains_together = True  # FedAvg's step plus the proximal term, which engine=batched adds too
 
     @property
     def proximal_weight(self) -> float:

@@ -14,8 +14,10 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from fedwear.methods.api import Options
+from fedwear.methods import batched
+from fedwear.methods.api import FitJob, Options, Record
 from fedwear.methods.fedavg import FedAvg
+from fedwear.methods.training import host
 from fedwear.seeding import derive_seed
 
 
@@ -60,6 +62,33 @@ class FedRep(FedAvg):
         with frozen(model.head):
             loss = self.train(model, body_opt, data, derive_seed(seed, "body"))
         return loss, (head_opt, body_opt)
+
+    # ---- clients trained together (engine: batched) -----------------------------------------
+    trains_together = True
+
+    def fit_together(self, jobs):
+        """``fit`` of every job at once (``train_head_then_body``); equal to ``fit`` up to float
+        rounding (tests/test_batched.py)."""
+        out = []
+        for (_, state, data, _), head, body in zip(jobs, *self.train_head_then_body(jobs), strict=True):
+            arrays = {n: host(w).copy() for n, w in body.weights.items()}
+            up = Record({n: a for n, a in arrays.items() if n.startswith("body.")},
+                        {"num_examples": len(data.train), "loss": body.loss})
+            out.append((up, self.kept_together(state, arrays, {"head": head.momentum, "body": body.momentum})))
+        return out
+
+    def train_head_then_body(self, jobs: list[FitJob], **body_step
+                             ) -> tuple[list[batched.ClientResult], list[batched.ClientResult]]:
+        """``local_update`` of every job at once: the heads on the frozen bodies, then the bodies
+        on the frozen heads (``body_step``: more arguments of the body step's ``train_together``)."""
+        head, body = self.parameter_names(("head",)), self.parameter_names(("body",))
+        work = [self.client_job(down, state, data, seed, "head", head) for down, state, data, seed in jobs]
+        heads = self.train_together(work, trained=head, lr=self.options.head_lr or self.task.config.optimizer.lr,
+                                    epochs=self.options.head_epochs)
+        for job, res, (_, state, _, seed) in zip(work, heads, jobs, strict=True):
+            job.weights, job.seed = res.weights, derive_seed(seed, "body")
+            job.momentum = self.kept_momentum(state, "body", body)
+        return heads, self.train_together(work, trained=body, **body_step)
 
     def head_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The head step's objective: cross-entropy (ProtoHAR's code adds nothing here either)."""

@@ -28,10 +28,11 @@ from pydantic import Field
 
 from fedwear.methods import prototypes
 from fedwear.methods.api import Record
+from fedwear.methods.batched import Pull
 from fedwear.methods.fedavg import tensors
 from fedwear.methods.fedrep import FedRep, FedRepOptions
 from fedwear.methods.prototypes import COUNT, MASK, PROTO
-from fedwear.methods.training import host, weighted_mean
+from fedwear.methods.training import host, load_arrays, weighted_mean
 
 
 class ProtoHAROptions(FedRepOptions):
@@ -114,6 +115,32 @@ class ProtoHAR(FedRep):
         proto, count = self.local_prototypes(data)
         up.arrays.update({PROTO: proto, COUNT: count})
         return up
+
+    # ---- clients trained together (engine: batched) -----------------------------------------
+    trains_together = True
+
+    def fit_together(self, jobs):
+        """``fit`` of every job at once: FedRep's two steps, the body's with the prototype pull
+        (Eq. 6) and, in the code variant, each client's first embedding of each class recorded;
+        equal to ``fit`` up to float rounding (tests/test_batched.py)."""
+        o = self.options
+        down = jobs[0][0]  # configure sends every client the server's record
+        pull = Pull(self.on_device(down.arrays[PROTO]), self.on_device(down.arrays[MASK]), o.lamda, o.distance)
+        heads, bodies = self.train_head_then_body(jobs, pull=pull, num_keys=self.task.num_classes,
+                                                  record="first" if o.variant == "code" else None)
+        out = []
+        for (down, state, data, _), head, body in zip(jobs, heads, bodies, strict=True):
+            arrays = {n: host(w).copy() for n, w in body.weights.items()}
+            self.begin_fit(self.model, down, state)
+            if body.embeddings is not None:  # the code variant's first embeddings
+                self.first = {c: body.embeddings[c] for c in np.flatnonzero(host(body.seen)).tolist()}
+            else:  # the paper variant's class means, from the trained model
+                load_arrays(self.model, arrays)
+            up = Record({n: a for n, a in arrays.items() if n.startswith("body.")},
+                        {"num_examples": len(data.train), "loss": body.loss})
+            up.arrays.update(zip((PROTO, COUNT), self.local_prototypes(data), strict=True))
+            out.append((up, self.kept_together(state, arrays, {"head": head.momentum, "body": body.momentum})))
+        return out
 
     def local_prototypes(self, data) -> tuple[np.ndarray, np.ndarray]:
         x, y = tensors(data)

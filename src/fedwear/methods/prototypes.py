@@ -31,9 +31,13 @@ def class_means(z: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[np.
     and the class counts ``[Q]``, on the host; computed on ``z``'s device."""
     z, y = z.detach().double(), y.to(z.device)
     sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64, device=z.device).index_add_(0, y, z)
-    counts = torch.bincount(y, minlength=num_classes).double()
-    means = sums / counts.clamp(min=1).unsqueeze(1)
-    return host(means.float()), host(counts).astype(np.float32)
+    return means(sums, torch.bincount(y, minlength=num_classes).double())
+
+
+def means(sums: torch.Tensor, counts: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-class means ``[Q, k]`` (float32, zero rows for absent classes) and counts ``[Q]`` on the
+    host, from float64 per-class sums of embeddings and the class counts."""
+    return host((sums / counts.clamp(min=1).unsqueeze(1)).float()), host(counts).astype(np.float32)
 
 
 def aggregate(replies: Iterable[Record], weighted: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -124,4 +128,4 @@ def keys(y: torch.Tensor, task: Task, bins: TargetBinOptions) -> torch.Tensor:
 
 
 __all__ = ["BIN_DECIMALS", "COUNT", "MASK", "PROTO", "TargetBinOptions", "aggregate", "class_means",
-           "distance", "keys", "num_keys", "target_bins", "targets"]
+           "distance", "keys", "means", "num_keys", "target_bins", "targets"]
