@@ -70,7 +70,7 @@ PERSIST = {"optimizer.persist": True, "optimizer.momentum": 0.9}
     ("fedrep", {"method_options.fedrep.head_lr": 0.01}),  # head step, then body step
     ("protohar", {"grad_clip": 1.0}),  # the prototype pull, first embeddings recorded
     ("fedproto", {}),  # the prototype pull, the last epoch's embeddings
-    ("scaffold", {}),  # its own step hooks: trained client by client
+    ("scaffold", {}),  # gradients corrected by each client's c - c_i
 ])
 def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     if "privacy.dp" in sets:
@@ -82,7 +82,7 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     sim = fedwear.run(cfg, tmp_path / "sim")
     assert not calls
     fast = fedwear.run(cfg.model_copy(update={"engine": "batched"}), tmp_path / "batched")
-    steps = {"scaffold": 0, "fedrep": 2, "protohar": 2}.get(method, 1)  # FedRep's, ProtoHAR's: head, body
+    steps = {"fedrep": 2, "protohar": 2}.get(method, 1)  # FedRep's, ProtoHAR's: head, body
     assert len(calls) == steps * cfg.rounds
     a, b = sim.metrics, fast.metrics
     assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
@@ -106,6 +106,8 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     ("protohar", {"method_options.protohar.reweight": 5.0, **PERSIST}, tiny_config),  # Eq. 5
     ("protohar", {"method_options.protohar.head_epochs": 0, **PERSIST}, tiny_config),  # no head buffers kept
     ("protohar", {"method_options.protohar.distance": "l1", "evaluation.personal_model": "trained"}, tiny_config),
+    ("scaffold", PERSIST, tiny_config),
+    ("scaffold", {"grad_clip": 0.5, "optimizer.weight_decay": 1e-3}, tiny_config),
     ("fedproto", PERSIST, tiny_config),  # last epoch's embeddings per class
     ("fedproto", {"model.name": "cnn", "model.options": {"width": 8}, "optimizer.name": "sgd"},
      tiny_regression_config),  # per target bin
@@ -140,7 +142,8 @@ def test_only_declared_steps_on_small_models_are_vectorised():
         return build_method(Task(cfg, 32, 3, 3, 6))
     assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
     assert method("fedprox").vectorizable  # FedAvg's step plus the proximal term train_together adds
-    assert not method("scaffold").vectorizable  # own step hooks
+    assert method("scaffold").vectorizable
+    assert not method("moon").vectorizable  # own step hooks, no fit_together
     assert method("fedrep").vectorizable and method("protohar").vectorizable and method("fedproto").vectorizable
     assert not method("fedpcl").vectorizable  # own step, no fit_together
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable

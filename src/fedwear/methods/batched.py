@@ -36,6 +36,8 @@ class ClientJob:
     seed: int
     momentum: dict[str, torch.Tensor] | None = None  # persisted SGD buffers by (trained) parameter name
     keys: torch.Tensor | None = None  # each window's prototype: its class (default) or target bin
+    #: Added to each clipped gradient before the step, by parameter name (SCAFFOLD's c - c_i).
+    correction: dict[str, torch.Tensor] | None = None
 
 
 @dataclass
@@ -43,6 +45,7 @@ class ClientResult:
     weights: dict[str, torch.Tensor]
     momentum: dict[str, torch.Tensor]
     loss: float  # mean over the client's steps, as train_epochs returns it
+    steps: int  # optimiser steps taken
     #: With ``record``: per prototype key ``[Q, k]``, the first embedding seen ("first") or the
     #: sum of the last epoch's embeddings in float64 ("last_epoch"), and ``[Q]`` how many.
     embeddings: torch.Tensor | None = None
@@ -169,7 +172,8 @@ def train_together(
     them (a frozen part). The loss is cross-entropy, or with ``regression`` the squared error of
     the single output, plus with ``proximal`` = mu > 0 FedProx's term ``mu / 2 ||w - w_start||^2``
     (Li et al. 2020, Eq. 2; ``w_start`` the job's starting weights, the global model), plus the
-    prototype ``pull``. ``record`` keeps, per client and prototype key (``num_keys`` of them), the
+    prototype ``pull``. A job's ``correction`` is added to its clipped gradients (SCAFFOLD's
+    ``c - c_i``, Karimireddy et al. 2020, Alg. 1 line 10). ``record`` keeps, per client and prototype key (``num_keys`` of them), the
     embedding of the key's first window ("first", taken in the forward pass before the step as
     ProtoHAR's code does) or the sum of the last epoch's embeddings ("last_epoch", FedProto's
     code). Everything runs on the model's device; the batch order is drawn on the CPU, as for one
@@ -201,6 +205,10 @@ def train_together(
     fresh = torch.tensor([j.momentum is None for j in jobs], device=device)
     buf = {n: torch.stack([torch.zeros_like(j.weights[n]) if j.momentum is None else j.momentum[n]
                            for j in jobs]).to(device) for n in trained}
+    corrected = any(j.correction is not None for j in jobs)
+    if corrected:
+        correction = {n: torch.stack([(j.correction or {}).get(n, torch.zeros_like(j.weights[n])).to(device)
+                                      for j in jobs]) for n in trained}
     model.train()
 
     def loss_of(params: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], start: dict[str, torch.Tensor],
@@ -248,6 +256,8 @@ def train_together(
                 g = grads[n]
                 if clip:
                     g = g * coef.view(-1, *[1] * (g.dim() - 1))
+                if corrected:
+                    g = g + correction[n]
                 if weight_decay:
                     g = g + weight_decay * w[n]
                 if momentum:
@@ -260,7 +270,7 @@ def train_together(
         ClientResult({n: w[n][k] for n in names},
                      # torch's SGD has no buffer until its first step
                      {n: buf[n][k] for n in trained} if momentum and (counts[k] or jobs[k].momentum) else {},
-                     float(total[k]) / counts[k] if counts[k] else float("nan"),
+                     float(total[k]) / counts[k] if counts[k] else float("nan"), counts[k],
                      None if embeddings is None else embeddings[k], None if seen is None else seen[k])
         for k in range(len(jobs))
     ]

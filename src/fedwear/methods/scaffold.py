@@ -27,8 +27,8 @@ from pydantic import Field
 from torch import nn
 
 from fedwear.methods.api import Options, Plan, Record
-from fedwear.methods.fedavg import FedAvg
-from fedwear.methods.training import model_arrays
+from fedwear.methods.fedavg import PARTS, FedAvg
+from fedwear.methods.training import host, load_arrays, model_arrays
 
 C, CI = "c.", "ci."
 
@@ -109,6 +109,32 @@ class Scaffold(FedAvg):
         }
         up = {**{k: y[k] - x[k] for k in x}, **{C + n: self.ci_new[n] - self.ci[n] for n in self.params}}
         return Record(up, {"num_examples": len(data.train), "loss": loss})
+
+    # ---- clients trained together (engine: batched) -----------------------------------------
+    trains_together = True
+
+    def fit_together(self, jobs):
+        """``fit`` of every job at once, each client's gradients corrected by its own ``c - c_i``;
+        equal to ``fit`` up to float rounding (tests/test_batched.py)."""
+        names, work, variates = self.parameter_names(), [], []
+        for down, state, data, seed in jobs:
+            job = self.client_job(down, state, data, seed, "model", names)
+            self.begin_fit(self.model, down, state)
+            job.correction = self.correction
+            work.append(job)
+            variates.append((self.params, self.c, self.ci))
+        o = self.task.config.optimizer
+        out = []
+        for job, res, (_, state, data, _), variate in zip(work, self.train_together(work), jobs, variates, strict=True):
+            self.params, self.c, self.ci = variate  # as begin_fit left them for this client
+            self.start = {n: job.weights[n].numpy().copy() for n in self.parameter_names(self.shared)}
+            self.step_sizes = res.steps * o.lr / (1.0 - o.momentum)  # K eta_l, as before_step sums it
+            load_arrays(self.model, {n: host(w) for n, w in res.weights.items()})
+            up = self.reply(self.model, data, res.loss)
+            kept = self.kept_together(state, model_arrays(self.model, PARTS), {"model": res.momentum})
+            kept.arrays.update({CI + n: v for n, v in self.ci_new.items()})
+            out.append((up, kept))
+        return out
 
     def client_state(self, model, *opts):
         """FedAvg's, plus c_i+."""
