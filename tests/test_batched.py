@@ -70,6 +70,7 @@ PERSIST = {"optimizer.persist": True, "optimizer.momentum": 0.9}
     ("fedrep", {"method_options.fedrep.head_lr": 0.01}),  # head step, then body step
     ("protohar", {"grad_clip": 1.0}),  # the prototype pull, first embeddings recorded
     ("fedproto", {}),  # the prototype pull, the last epoch's embeddings
+    ("moon", {}),  # the model-contrastive term
     ("scaffold", {}),  # gradients corrected by each client's c - c_i
 ])
 def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
@@ -108,6 +109,8 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     ("protohar", {"method_options.protohar.distance": "l1", "evaluation.personal_model": "trained"}, tiny_config),
     ("scaffold", PERSIST, tiny_config),
     ("scaffold", {"grad_clip": 0.5, "optimizer.weight_decay": 1e-3}, tiny_config),
+    ("moon", PERSIST, tiny_config),
+    ("moon", {"method_options.moon.projection_dim": "null", "method_options.moon.temperature": 0.1}, tiny_config),
     ("fedproto", PERSIST, tiny_config),  # last epoch's embeddings per class
     ("fedproto", {"model.name": "cnn", "model.options": {"width": 8}, "optimizer.name": "sgd"},
      tiny_regression_config),  # per target bin
@@ -143,7 +146,7 @@ def test_only_declared_steps_on_small_models_are_vectorised():
     assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
     assert method("fedprox").vectorizable  # FedAvg's step plus the proximal term train_together adds
     assert method("scaffold").vectorizable
-    assert not method("moon").vectorizable  # own step hooks, no fit_together
+    assert method("moon").vectorizable
     assert method("fedrep").vectorizable and method("protohar").vectorizable and method("fedproto").vectorizable
     assert not method("fedpcl").vectorizable  # own step, no fit_together
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable

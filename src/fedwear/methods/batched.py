@@ -38,6 +38,8 @@ class ClientJob:
     keys: torch.Tensor | None = None  # each window's prototype: its class (default) or target bin
     #: Added to each clipped gradient before the step, by parameter name (SCAFFOLD's c - c_i).
     correction: dict[str, torch.Tensor] | None = None
+    #: Weights of the models a ``Contrast`` compares against: the positive, then the negative.
+    references: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
 
 
 @dataclass
@@ -73,6 +75,22 @@ class Pull:
         if self.distance == "l1":
             return (z - target).abs().mean(-1)
         return 1 - F.cosine_similarity(z, target, dim=-1)
+
+
+@dataclass
+class Contrast:
+    """``weight * l_con`` added to the loss: MOON's model-contrastive term (Li et al. 2021, Eq. 3),
+    ``-log(exp(cos(z, z+) / tau) / (exp(cos(z, z+) / tau) + exp(cos(z, z-) / tau)))`` per window,
+    ``z+`` and ``z-`` the window's embeddings under the job's two ``references`` (MOON: the
+    global model and the client's previous one), taken without gradient."""
+
+    weight: float
+    temperature: float
+
+    def per_window(self, z: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
+        logits = torch.stack([F.cosine_similarity(z, positive, dim=-1),
+                              F.cosine_similarity(z, negative, dim=-1)], dim=-1) / self.temperature
+        return torch.logsumexp(logits, dim=-1) - logits[..., 0]
 
 
 class _Embedded(nn.Module):
@@ -160,6 +178,7 @@ def train_together(
     proximal: float = 0.0,
     trained: list[str] | None = None,
     pull: Pull | None = None,
+    contrast: Contrast | None = None,
     record: Literal["first", "last_epoch"] | None = None,
     num_keys: int = 0,
 ) -> list[ClientResult]:
@@ -172,7 +191,7 @@ def train_together(
     them (a frozen part). The loss is cross-entropy, or with ``regression`` the squared error of
     the single output, plus with ``proximal`` = mu > 0 FedProx's term ``mu / 2 ||w - w_start||^2``
     (Li et al. 2020, Eq. 2; ``w_start`` the job's starting weights, the global model), plus the
-    prototype ``pull``. A job's ``correction`` is added to its clipped gradients (SCAFFOLD's
+    prototype ``pull`` and the ``contrast`` against each job's ``references``. A job's ``correction`` is added to its clipped gradients (SCAFFOLD's
     ``c - c_i``, Karimireddy et al. 2020, Alg. 1 line 10). ``record`` keeps, per client and prototype key (``num_keys`` of them), the
     embedding of the key's first window ("first", taken in the forward pass before the step as
     ProtoHAR's code does) or the sum of the last epoch's embeddings ("last_epoch", FedProto's
@@ -187,7 +206,7 @@ def train_together(
     y = torch.cat([j.y for j in jobs] + [torch.zeros_like(jobs[0].y[:1])]).to(device)
     keys = torch.cat([j.y if j.keys is None else j.keys for j in jobs] + [torch.zeros(1, dtype=torch.long)])
     index, mask, counts = _schedule(jobs, epochs, batch_size, shuffle)
-    embedded = pull is not None or record is not None
+    embedded = pull is not None or record is not None or contrast is not None
     net = _Embedded(model) if embedded else model
     prefix = "model." if embedded else ""
     last: list[bool] = []
@@ -209,12 +228,18 @@ def train_together(
     if corrected:
         correction = {n: torch.stack([(j.correction or {}).get(n, torch.zeros_like(j.weights[n])).to(device)
                                       for j in jobs]) for n in trained}
+    refs = ({n: torch.stack([j.references[r][n] for j in jobs]).float().to(device) for n in names}
+            for r in (0, 1)) if contrast is not None else ({}, {})
+    positive, negative = refs
     model.train()
 
     def loss_of(params: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], start: dict[str, torch.Tensor],
-                xb: torch.Tensor, yb: torch.Tensor, kb: torch.Tensor, mb: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = functional_call(net, {prefix + n: t for n, t in {**fixed, **params}.items()}, (xb,))
+                pos: dict[str, torch.Tensor], neg: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor,
+                kb: torch.Tensor, mb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def embed(weights: dict[str, torch.Tensor]):
+            return functional_call(net, {prefix + n: t for n, t in weights.items()}, (xb,))
+
+        out = embed({**fixed, **params})
         z, out = out if embedded else (out, out)
         if regression:
             per_window = (out.squeeze(-1) - yb) ** 2
@@ -222,6 +247,9 @@ def train_together(
             per_window = F.cross_entropy(out, yb, reduction="none")
         if pull is not None and pull.weight:
             per_window = per_window + pull.weight * pull.per_window(z, kb)
+        if contrast is not None:
+            z_pos, z_neg = embed(pos)[0].detach(), embed(neg)[0].detach()
+            per_window = per_window + contrast.weight * contrast.per_window(z, z_pos, z_neg)
         loss = (per_window * mb).sum() / mb.sum().clamp(min=1.0)
         if proximal:
             loss = loss + 0.5 * proximal * sum(((params[n] - start[n]) ** 2).sum() for n in trained)
@@ -234,7 +262,7 @@ def train_together(
         rows, mb = index[s], mask[s]
         active = mb.sum(1) > 0
         grads, (loss, z) = step_fn({n: w[n] for n in trained}, {n: w[n] for n in frozen},
-                                   {n: anchor[n] for n in trained}, x[rows], y[rows], keys[rows], mb)
+                                   {n: anchor[n] for n in trained}, positive, negative, x[rows], y[rows], keys[rows], mb)
         with torch.no_grad():
             if record is not None and embeddings is None:
                 dtype = torch.float64 if record == "last_epoch" else z.dtype

@@ -236,13 +236,14 @@ class FedAvg(Method):
             return super().fit_many(jobs, round)
         return self.fit_together(jobs)
 
-    def fit_together(self, jobs: list[FitJob]) -> list[tuple[Record, Record]]:
-        """FedAvg's ``fit`` of every job at once (``methods/batched.py``): equal to it up to
-        float rounding. A class that declares ``trains_together`` with its own step overrides this."""
+    def fit_together(self, jobs: list[FitJob], **step) -> list[tuple[Record, Record]]:
+        """FedAvg's ``fit`` of every job at once (``methods/batched.py``; ``step``: more arguments
+        of ``train_together``): equal to it up to float rounding. A class that declares
+        ``trains_together`` with its own step overrides this."""
         names = self.parameter_names()
         work = [self.client_job(down, state, data, seed, "model", names) for down, state, data, seed in jobs]
         out = []
-        for (_, state, data, _), res in zip(jobs, self.train_together(work), strict=True):
+        for (_, state, data, _), res in zip(jobs, self.train_together(work, **step), strict=True):
             arrays = {n: host(w).copy() for n, w in res.weights.items()}
             up = Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
                         {"num_examples": len(data.train), "loss": res.loss})

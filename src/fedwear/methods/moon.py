@@ -16,11 +16,13 @@ has not trained yet uses the initial weights (the authors' code: its own untrain
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from fedwear.methods import batched
 from fedwear.methods.api import Options, Record, Task
 from fedwear.methods.fedavg import PARTS, FedAvg
 from fedwear.methods.training import LocalOptimizer, load_arrays, model_arrays
@@ -106,6 +108,30 @@ class Moon(FedAvg):
         state = super().client_state(model, *opts)
         state.arrays.update({PREV + k: v for k, v in model_arrays(model, PARTS).items()})
         return state
+
+
+    # ---- clients trained together (engine: batched) -----------------------------------------
+    trains_together = True
+
+    def fit_together(self, jobs, **step):
+        """``fit`` of every job at once with the contrastive term in the vectorised step (each
+        client against the global model and its own previous one); equal to ``fit`` up to float
+        rounding (tests/test_batched.py)."""
+        return super().fit_together(jobs, contrast=batched.Contrast(self.options.mu, self.options.temperature))
+
+    def client_job(self, down, state, data, seed, optimizer, trained):
+        """FedAvg's job, plus the weights of the global and the previous model (``begin_fit``'s)."""
+        job = super().client_job(down, state, data, seed, optimizer, trained)
+        prev = {k[len(PREV):]: v for k, v in state.arrays.items() if k.startswith(PREV)}
+        job.references = tuple({n: torch.from_numpy(np.asarray(w[n])) for n in job.weights}
+                               for w in ({**self.initial, **down.arrays}, {**self.initial, **prev}))
+        return job
+
+    def kept_together(self, state, arrays, momenta):
+        """FedAvg's, plus the trained model as the next round's previous model."""
+        kept = super().kept_together(state, arrays, momenta)
+        kept.arrays.update({PREV + n: a for n, a in arrays.items()})
+        return kept
 
 
 __all__ = ["Moon", "contrastive_loss"]
