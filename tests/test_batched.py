@@ -119,6 +119,12 @@ def test_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config):
     """Every round of a batched run, each client's reply and kept state from ``fit_together``
     equal what ``fit`` gives on the same inputs, up to float rounding. (Whole runs drift apart
     further: a rounding difference can flip a max-pool's choice, and later rounds amplify it.)"""
+    assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config)
+
+
+def assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config, atol=1e-6):
+    """``fit_together`` against ``fit`` on the same inputs, every round of a batched run
+    (``tests/test_gpu.py`` runs it on cuda)."""
     cls = type(build_method(Task(config(method=method, **sets), 32, 3, 3, 6)))
     real, checked = cls.fit_together, []
 
@@ -129,7 +135,7 @@ def test_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config):
             for got, want in ((up, want_up), (kept, want_kept)):
                 assert got.arrays.keys() == want.arrays.keys()
                 for k in want.arrays:
-                    np.testing.assert_allclose(got.arrays[k], want.arrays[k], atol=1e-6, rtol=1e-5, err_msg=k)
+                    np.testing.assert_allclose(got.arrays[k], want.arrays[k], atol=atol, rtol=1e-5, err_msg=k)
             assert up.scalars["loss"] == pytest.approx(want_up.scalars["loss"], rel=1e-6)
             checked.append(bool(state.arrays))
         return out
