@@ -3,7 +3,7 @@
     python benchmarks/gpu_check.py [--data ROOT] [--out DIR] [--rounds 4]
 
 1. The ``gpu`` tests (``tests/test_gpu.py``): every method 2 rounds on cuda against the CPU,
-   and ``engine: batched`` against ``sim`` on cuda.
+   ``engine: batched`` against ``sim`` on cuda, and every vectorised step against its ``fit``.
 2. Seconds per training round (median of rounds 2 to R-1 of an R-round run, from the run's
    ``timing.csv``; round 1 warms up, round R evaluates): a ProtoHAR-protocol FedAvg round and a
    ProtoHAR round (``configs/protohar/usc_had.yaml``) on ``sim``/cuda, ``batched``/cuda and
