@@ -111,6 +111,7 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     ("scaffold", {"grad_clip": 0.5, "optimizer.weight_decay": 1e-3}, tiny_config),
     ("moon", PERSIST, tiny_config),
     ("moon", {"method_options.moon.projection_dim": "null", "method_options.moon.temperature": 0.1}, tiny_config),
+    ("fedhome", {**PERSIST, "method_options.fedhome.personal_rounds": 1}, tiny_config),  # FedAvg's phase only
     ("fedproto", PERSIST, tiny_config),  # last epoch's embeddings per class
     ("fedproto", {"model.name": "cnn", "model.options": {"width": 8}, "optimizer.name": "sgd"},
      tiny_regression_config),  # per target bin
@@ -142,7 +143,8 @@ def assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config, 
 
     monkeypatch.setattr(cls, "fit_together", compared)
     fedwear.run(config(method=method, engine="batched", **sets), tmp_path)
-    assert len(checked) == 9 and any(checked)  # every fit of 3 rounds, some from a kept state
+    rounds = sum(1 for r in range(1, 4) if not (method == "fedhome" and r == 3))  # FedHome's last: heads
+    assert len(checked) == 3 * rounds and any(checked)  # every fit trained together, some from a kept state
 
 
 def test_only_declared_steps_on_small_models_are_vectorised():
@@ -152,7 +154,7 @@ def test_only_declared_steps_on_small_models_are_vectorised():
     assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
     assert method("fedprox").vectorizable  # FedAvg's step plus the proximal term train_together adds
     assert method("scaffold").vectorizable
-    assert method("moon").vectorizable
+    assert method("moon").vectorizable and method("fedhome").vectorizable  # FedHome: its FedAvg phase
     assert method("fedrep").vectorizable and method("protohar").vectorizable and method("fedproto").vectorizable
     assert not method("fedpcl").vectorizable  # own step, no fit_together
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable

@@ -30,7 +30,7 @@ from pydantic import Field
 from torch import nn
 
 from fedwear.data.types import ClientData
-from fedwear.methods.api import Options, Plan, Record, Task
+from fedwear.methods.api import Method, Options, Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
 from fedwear.methods.training import host, model_arrays
 from fedwear.seeding import derive_seed
@@ -101,6 +101,15 @@ class FedHome(FedAvg):
         kept = self.client_state(model, opt)  # the optimiser's state
         kept.arrays.update(model_arrays(model, HEAD))
         return Record({}, {"num_examples": len(data.train), "loss": loss}), kept
+
+    #: Phase 1 is FedAvg's step, which ``fit_many`` trains together (``engine: batched``);
+    #: phase 2's heads train client by client.
+    trains_together = True
+
+    def fit_many(self, jobs, round):
+        if self.personal_round(round):
+            return Method.fit_many(self, jobs, round)
+        return super().fit_many(jobs, round)
 
     def head_loss(self, model: nn.Module, r: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(model.head(r), y)
