@@ -186,17 +186,20 @@ def train_together(
 
     SGD as torch computes it: ``g += wd * w``; ``buf = g`` on a client's first step without a
     persisted buffer, else ``buf = momentum * buf + g``; ``w -= lr * buf``. Clipping as
-    ``clip_grad_norm_``: each client's gradients scaled by ``min(1, clip / (norm + 1e-6))``.
-    Only the ``trained`` parameters (default: all) take steps; the others stay as each job gave
-    them (a frozen part). The loss is cross-entropy, or with ``regression`` the squared error of
-    the single output, plus with ``proximal`` = mu > 0 FedProx's term ``mu / 2 ||w - w_start||^2``
-    (Li et al. 2020, Eq. 2; ``w_start`` the job's starting weights, the global model), plus the
-    prototype ``pull`` and the ``contrast`` against each job's ``references``. A job's ``correction`` is added to its clipped gradients (SCAFFOLD's
-    ``c - c_i``, Karimireddy et al. 2020, Alg. 1 line 10). ``record`` keeps, per client and prototype key (``num_keys`` of them), the
-    embedding of the key's first window ("first", taken in the forward pass before the step as
-    ProtoHAR's code does) or the sum of the last epoch's embeddings ("last_epoch", FedProto's
-    code). Everything runs on the model's device; the batch order is drawn on the CPU, as for one
-    client.
+    ``clip_grad_norm_``: each client's gradients scaled by ``min(1, clip / (norm + 1e-6))``; a
+    job's ``correction`` is added after clipping (SCAFFOLD's ``c - c_i``, Karimireddy et al. 2020,
+    Alg. 1 line 10). Only the ``trained`` parameters (default: all) take steps; the others stay
+    as each job gave them (a frozen part).
+
+    The loss is cross-entropy, or with ``regression`` the squared error of the single output,
+    plus with ``proximal`` = mu > 0 FedProx's term ``mu / 2 ||w - w_start||^2`` (Li et al. 2020,
+    Eq. 2; ``w_start`` the job's starting weights, the global model), plus the prototype
+    ``pull``, plus the ``contrast`` against each job's ``references``.
+
+    ``record`` keeps, per client and prototype key (``num_keys`` of them), the embedding of the
+    key's first window ("first", from the forward pass before the step, as ProtoHAR's code takes
+    it) or the sum of the last epoch's embeddings ("last_epoch", FedProto's code). Everything
+    runs on the model's device; the batch order is drawn on the CPU, as for one client.
     """
     names = [n for n, _ in model.named_parameters()]
     trained = names if trained is None else [n for n in names if n in set(trained)]
@@ -228,9 +231,9 @@ def train_together(
     if corrected:
         correction = {n: torch.stack([(j.correction or {}).get(n, torch.zeros_like(j.weights[n])).to(device)
                                       for j in jobs]) for n in trained}
-    refs = ({n: torch.stack([j.references[r][n] for j in jobs]).float().to(device) for n in names}
-            for r in (0, 1)) if contrast is not None else ({}, {})
-    positive, negative = refs
+    positive, negative = (  # the references' weights, stacked as ``w``
+        tuple({n: torch.stack([j.references[r][n] for j in jobs]).float().to(device) for n in names} for r in (0, 1))
+        if contrast is not None else ({}, {}))
     model.train()
 
     def loss_of(params: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], start: dict[str, torch.Tensor],
