@@ -31,7 +31,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 #: Meta-HAR's full-size models): their rounds and clients are cut, everything else is as packaged.
 CUT = {
     "pcfedh": {"method_options.pcfedh.encoder_epochs": 1, "dataset.max_clients": 4},
-    "fedali": {"dataset.max_clients": 4, "clients_per_round": 2},
+    "fedali": {"dataset.max_clients": 4, "clients_per_round": 2, "local_epochs": 1},
     "metahar": {"dataset.max_clients": 4, "method_options.metahar.finetune_epochs": 1},
     "fedmat": {"dataset.max_clients": 4},
 }
