@@ -245,10 +245,15 @@ class FedAvg(Method):
         out = []
         for (_, state, data, _), res in zip(jobs, self.train_together(work, **step), strict=True):
             arrays = {n: host(w).copy() for n, w in res.weights.items()}
-            up = Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
-                        {"num_examples": len(data.train), "loss": res.loss})
+            up = self.reply_together(arrays, data, res.loss)
             out.append((up, self.kept_together(state, arrays, {"model": res.momentum})))
         return out
+
+    def reply_together(self, arrays: dict[str, np.ndarray], data: ClientData, loss: float) -> Record:
+        """``reply``'s record for a client trained together: its ``shared`` parts of ``arrays``,
+        its train windows and its mean loss."""
+        return Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
+                      {"num_examples": len(data.train), "loss": loss})
 
     def parameter_names(self, parts: tuple[str, ...] = PARTS) -> list[str]:
         """Names of the model's parameters in ``parts``, in the order an optimiser holds them."""

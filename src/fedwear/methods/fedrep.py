@@ -15,7 +15,7 @@ from pydantic import Field
 from torch import nn
 
 from fedwear.methods import batched
-from fedwear.methods.api import FitJob, Options, Record
+from fedwear.methods.api import FitJob, Options
 from fedwear.methods.fedavg import FedAvg
 from fedwear.methods.training import host
 from fedwear.seeding import derive_seed
@@ -72,8 +72,7 @@ class FedRep(FedAvg):
         out = []
         for (_, state, data, _), head, body in zip(jobs, *self.train_head_then_body(jobs), strict=True):
             arrays = {n: host(w).copy() for n, w in body.weights.items()}
-            up = Record({n: a for n, a in arrays.items() if n.startswith("body.")},
-                        {"num_examples": len(data.train), "loss": body.loss})
+            up = self.reply_together(arrays, data, body.loss)
             out.append((up, self.kept_together(state, arrays, {"head": head.momentum, "body": body.momentum})))
         return out
 

@@ -136,8 +136,7 @@ class ProtoHAR(FedRep):
                 self.first = {c: body.embeddings[c] for c in np.flatnonzero(host(body.seen)).tolist()}
             else:  # the paper variant's class means, from the trained model
                 load_arrays(self.model, arrays)
-            up = Record({n: a for n, a in arrays.items() if n.startswith("body.")},
-                        {"num_examples": len(data.train), "loss": body.loss})
+            up = self.reply_together(arrays, data, body.loss)
             up.arrays.update(zip((PROTO, COUNT), self.local_prototypes(data), strict=True))
             out.append((up, self.kept_together(state, arrays, {"head": head.momentum, "body": body.momentum})))
         return out

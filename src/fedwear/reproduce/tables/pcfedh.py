@@ -99,7 +99,8 @@ PCFEDH_PPG_FLAGGED = {
         "has converged (2.649 at round 311, 2.647 at 461, 2.648 at 511). That is 0.011 under FedAvg's seed 0 "
         "(2.659), lower on 5 of the 15 clients: whether PCFedH beats FedAvg here is a claim of results/claims.md, "
         "tested over seeds and clients. Seed 1 is under way (the rounds column; checkpointed, the same command "
-        "continues it), then seed 2. The 1-round run (pcfedh:table4, pcfedh-r1-s0) finished at 2.673 +- 1.790"
+        "continues it), then seed 2. The 1-round run (pcfedh:table4, pcfedh-r1-s0) finished at 2.673 +- 1.790 "
+        "(per-round and per-client MSE: the personalized test rows of metrics.csv in pcfedh-s0 and fedavg-s0)"
     ),
     "fedavg": (
         "open: seeds 0 and 1 finished (500 rounds each): 2.659 +- 2.055 and 2.701 +- 2.159, MAE 1.129 and 1.127. "
@@ -107,8 +108,8 @@ PCFEDH_PPG_FLAGGED = {
         "(every client trains every round, 5 epochs of a step of 100) had halved the learning rate 25 times by "
         "round 500. The mean is 2.2% over the paper's MSE and 0.6% over its MAE; the seed-to-seed move (0.042 "
         "of MSE, one client's by 0.35) is as large as the gap, and the flag's threshold, the paper's own margin "
-        "between its best and second-best method (0.004 bpm of MAE), is smaller than the spread of seeds. Next: "
-        "seed 2 (under way)"
+        "between its best and second-best method (0.004 bpm of MAE), is smaller than the spread of seeds "
+        "(the personalized test rows of metrics.csv in fedavg-s0 and fedavg-s1). Next: seed 2 (under way)"
     ),
 }
 #: What the investigation of each flagged row of pcfedh:table2-distracted_driving found so far.
