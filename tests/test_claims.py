@@ -119,6 +119,28 @@ def test_the_results_files_at_round_is_respected(tmp_path):
     assert got.verdict == cl.OPEN and got.tests[0][2].effect == 0.0
 
 
+def test_fedalis_global_views_are_read_at_the_global_models_best_round(tmp_path):
+    """In a table of FedAli's shape the personalized view is read at the best personalized round,
+    the global model's views (pooled, and per client) at the best pooled accuracy, as the Global
+    column of the results file."""
+    import pandas as pd
+
+    exp = Experiment(**{**_table(tmp_path).__dict__, "writer": "views"})
+    cfg = plan(exp, tmp_path / "runs" / "tiny", None)[0][1]
+    rows = []
+    for r, pers, pooled in ((2, 0.5, 0.9), (3, 0.8, 0.7)):
+        rows += [{"round": r, "client": c, "view": "personalized", "split": "test", "n": 10, "n_train": 20,
+                  "accuracy": pers} for c in CLIENTS]
+        rows += [{"round": r, "client": c, "view": "global", "split": "test", "n": 10, "n_train": 20,
+                  "accuracy": pooled} for c in CLIENTS]
+        rows.append({"round": r, "client": "pooled", "view": "global_pooled", "split": "test", "n": 40,
+                     "n_train": 0, "accuracy": pooled})
+    metrics = pd.DataFrame(rows)
+    assert cl.selected_round(exp, cfg, metrics, "personalized") == 3
+    assert cl.selected_round(exp, cfg, metrics, "global") == 2
+    assert cl.selected_round(exp, cfg, metrics, "global_pooled") == 2
+
+
 def test_holm_on_a_hand_computed_case():
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept at 0.06
     assert cl.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])

@@ -46,6 +46,25 @@ def test_global_pooled_equals_a_hand_pooled_computation(tmp_path):
     assert summary["final"]["global_pooled"]["macro_f1"] == got["macro_f1"]
 
 
+def test_the_per_client_global_view_adds_rows_and_changes_nothing_else(tmp_path):
+    """FedAli's table adds ``global`` to FedAli's and FedAvg's views (for a claim paired by client):
+    training and every other view's rows stay the same to the bit."""
+    views = "[personalized, generalization, global_pooled]"
+    extra = {"evaluation.personal_model": "trained", "clients_per_round": 1.0}
+    without = fedwear.run(tiny_config(**extra, **{"evaluation.views": views}), tmp_path / "a")
+    plus = fedwear.run(tiny_config(**extra, **{"evaluation.views": views.replace("global_pooled", "global, global_pooled")}),
+                       tmp_path / "b")
+    added = plus.metrics[plus.metrics["view"] == "global"]
+    assert len(added) and set(added["split"]) == {"test"}
+    rest = plus.metrics[plus.metrics["view"] != "global"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rest, without.metrics.reset_index(drop=True))
+    a, b = (pd.read_csv(tmp_path / d / "rounds.csv") for d in "ab")
+    assert (b["eval_bytes_up"] > a["eval_bytes_up"]).all()  # the added rows travel up
+    pd.testing.assert_frame_equal(a.drop(columns="eval_bytes_up"), b.drop(columns="eval_bytes_up"))
+    ckpt = [load_checkpoint(tmp_path / d / CHECKPOINT)["server"].arrays for d in "ab"]
+    assert all(np.array_equal(ckpt[0][k], ckpt[1][k]) for k in ckpt[0])
+
+
 def test_no_pooled_row_without_a_global_model(tmp_path):
     cfg = tiny_config(method="fedper", rounds=1, **{"evaluation.views": "[personalized, global_pooled]"})
     m = fedwear.run(cfg, tmp_path / "run").metrics

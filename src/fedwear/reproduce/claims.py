@@ -142,12 +142,13 @@ def results_command(exp: Experiment, results_dir: Path) -> tuple[str | None, int
 def selected_round(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame, view: str) -> int | dict[str, int] | None:
     """The round the table's results writer reads ``view`` at: the final round for forecasting
     tables and Meta-HAR's shape (``budgets``), the best round by ``evaluation.best_metric`` for the
-    others (FedAli's global view: by its own rule; FedAli's Local: each client's own best round)."""
+    others (FedAli's global views, pooled or per client: by the pooled view's own rule; FedAli's
+    Local: each client's own best round)."""
     if task_kind(cfg) == "regression" or exp.writer == "budgets":
         return int(metrics["round"].max())
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)
-    if exp.writer == "views" and view == "global_pooled":
+    if exp.writer == "views" and view in ("global", "global_pooled"):  # the global model's own best round
         return best_round(agg, ev.best_for.get("global_pooled", "global_pooled.accuracy"), ev.best_split, "mean")
     if exp.writer == "views" and ev.best_statistic == "per_client":
         rule_view, _, metric = ev.best_metric.partition(".")

@@ -54,7 +54,9 @@ EXPERIMENTS = [
          "HART (liteFormer as the authors' code), every client every round, 5 local epochs of Adam 1e-4 "
          "(batch 64), 200 rounds (Local and Centralized: 200 epochs); UCI HAPT's 30 users, 6 activities, "
          "acc + gyro at 50 Hz, windows 128 with 50% overlap, StratifiedKFold 7/3 per client without purge, "
-         "one scalar mean/std per sensor over all windows; clients evaluated right after local training"),
+         "one scalar mean/std per sensor over all windows; clients evaluated right after local training; FedAli "
+         "and FedAvg also score their global model on each client's test split (for the claims ledger's "
+         "paired test)"),
         ("usc_had", "USC-HAD",
          "fedali:table1-uci_hapt's protocol on USC-HAD's 14 subjects and 12 activities, resampled to 50 Hz"),
     )),
