@@ -59,6 +59,7 @@ def test_a_verdict_follows_the_numbers_and_flips_when_the_runs_are_swapped(tmp_p
     (_, _, test), = got.tests
     assert test.n == 12 and test.effect == pytest.approx(20.0) and test.low > 0 and test.p < 0.05
     assert got.runs == {"fedavg": "s0 (3/3), s1 (3/3), s2 (3/3)", "local": "s0 (3/3), s1 (3/3), s2 (3/3)"}
+    assert got.line.startswith("stops: the verdict is clear at this budget (holds)")
     runs = tmp_path / "runs" / "tiny"
     for seed in (0, 1, 2):  # the two methods' numbers swapped
         a, b = runs / f"fedavg-s{seed}" / "metrics.csv", runs / f"local-s{seed}" / "metrics.csv"
@@ -71,14 +72,21 @@ def test_a_verdict_follows_the_numbers_and_flips_when_the_runs_are_swapped(tmp_p
 
 
 def test_a_run_short_of_its_rounds_decides_nothing(tmp_path):
-    """A clear difference between a finished run and one stopped early is not a verdict: the
-    stopped one's numbers are of a smaller budget."""
+    """A run stopped early (or still going) is of a smaller budget: it is left out where its method
+    has finished seeds, and where it has none, a clear difference is still no verdict."""
     exp = _table(tmp_path)
     _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6})
     (tmp_path / "runs" / "tiny" / "local-s1" / "rounds.csv").write_text("round\n1\n")
     got = _verdict(exp, tmp_path)
-    assert got.verdict == cl.OPEN and got.tests[0][2].p < 0.05
-    assert "local ran fewer rounds than planned" in got.reason
+    assert got.verdict == cl.HOLDS and got.tests[0][2].n == 8  # seeds 0 and 2: local's s1 left out
+    assert "left out, short of their planned rounds: local s1" in got.reason
+    assert got.runs["local"] == "s0 (3/3), s1 (1/3), s2 (3/3)"
+    for seed in (0, 2):
+        (tmp_path / "runs" / "tiny" / f"local-s{seed}" / "rounds.csv").write_text("round\n1\n")
+    none_finished = _verdict(exp, tmp_path)
+    assert none_finished.verdict == cl.OPEN and none_finished.tests[0][2].p < 0.05
+    assert "local ran fewer rounds than planned" in none_finished.reason
+    assert none_finished.line == "goes on: finish the runs of local (their planned rounds)"
 
 
 def test_lower_is_better_metrics_turn_the_direction():
@@ -98,11 +106,13 @@ def test_too_few_pairs_are_inconclusive_and_missing_runs_or_data_not_testable(tm
     two = cl.Claim(**{**CLAIM.__dict__})
     got = cl.evaluate(two, tmp_path / "runs", tmp_path, tmp_path / "data", {exp.key: one_seed})
     assert got.verdict == cl.OPEN and got.tests[0][2].n == 4  # one seed of 4 clients: under MIN_PAIRS
+    assert got.line.startswith("stops: inconclusive, with every seed the table plans run to its planned rounds")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s0")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s1")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s2")
     gone = _verdict(exp, tmp_path)
     assert gone.verdict == cl.UNTESTABLE and "no run of local" in gone.reason
+    assert gone.line == "goes on: run local (`fedwear reproduce tiny:table`)"
     absent = cl.Claim(id="x", statement="s", source="t", view="generalization", metric="macro_f1",
                       comparisons=(("fedali", "fedavg"),), dataset="HHAR")
     out = cl.evaluate(absent, tmp_path / "runs", tmp_path, tmp_path / "data", {})
@@ -117,6 +127,8 @@ def test_the_results_files_at_round_is_respected(tmp_path):
                                       "somewhere/tiny --at-round 2` (fedwear 0).\n")
     got = _verdict(exp, tmp_path)
     assert got.verdict == cl.OPEN and got.tests[0][2].effect == 0.0
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s2")  # undecided with a seed to add: the line goes on
+    assert _verdict(exp, tmp_path).line == "goes on: run local at seed 2"
 
 
 def test_fedalis_global_views_are_read_at_the_global_models_best_round(tmp_path):

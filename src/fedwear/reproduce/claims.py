@@ -17,7 +17,9 @@ The verdict: *holds* when p < 0.05 and the interval lies above 0; *does not hold
 interval lies below 0 or the opposite one-sided test gives p < 0.05; *inconclusive at this
 budget* otherwise, or with fewer than :data:`MIN_PAIRS` non-zero differences (no one-sided
 Wilcoxon test of fewer can reach 0.05); *not testable here* when the paper's dataset is not in the
-data folder, or no run of a method the claim needs is there. A claim of several comparisons holds
+data folder, or no run of a method the claim needs is there. Runs short of their planned rounds are
+compared with nothing: left out where the method has finished seeds, and where it has none, its
+comparisons stay inconclusive whatever their p. A claim of several comparisons holds
 when every one holds (each at 0.05: all must hold, so no correction is needed) and does not hold
 when one does not.
 """
@@ -227,6 +229,7 @@ class Outcome:
     runs: dict[str, str] | None = None  # method -> "seeds s (rounds ran/planned each)"
     tests: list[tuple[str, str, PairedTest]] | None = None
     reason: str = ""
+    line: str = ""  # whether the claim's runs go on, computed from the verdict and the runs' budget
 
 
 def _method_view(name: str, view: str) -> tuple[str, str]:
@@ -270,10 +273,19 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
     run_text = {m: ", ".join(f"s{s} ({r}/{p})" for s, r, p in sorted(set(v))) for m, v in sorted(runs.items())}
     if missing:
         return Outcome(claim, UNTESTABLE, folder, run_text,
-                       reason=f"no run of {', '.join(missing)} with numbers in {folder}")
+                       reason=f"no run of {', '.join(missing)} with numbers in {folder}",
+                       line=f"goes on: run {', '.join(sorted({_method_view(m, claim.view)[0] for m in missing}))} "
+                            f"(`fedwear reproduce {exp.key}`)")
     lower = claim.metric in LOWER_IS_BETTER
-    # a run short of its budget (its planned rounds, or the results file's --at-round) decides nothing yet
-    short = {m for m, v in runs.items() for _, ran, planned in v if ran < min(planned, at_round or planned)}
+    # a run short of its budget (its planned rounds, or the results file's --at-round) is not compared
+    # with finished ones: it is left out where its method has finished seeds, and where it has none,
+    # a comparison with it decides nothing yet (inconclusive, whatever its p)
+    unfinished = {m: {s for s, ran, planned in v if ran < min(planned, at_round or planned)} for m, v in runs.items()}
+    short = {m for m, seeds in unfinished.items() if seeds == {s for s, _, _ in runs[m]}}
+    left_out = {m: seeds for m, seeds in unfinished.items() if seeds and m not in short}
+    for label in values:
+        for seed in left_out.get(_method_view(label, claim.view)[0], ()):
+            values[label].pop(seed, None)
     tests = []
     for a, b in claim.comparisons:
         test = paired_test(paired_differences(values[a], values[b], lower))
@@ -283,10 +295,35 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
     verdicts = {t.verdict for _, _, t in tests}
     verdict = FAILS if FAILS in verdicts else OPEN if OPEN in verdicts else HOLDS
     notes = [f"at round {at_round} (`--at-round` of {exp.results})"] if at_round else []
+    if left_out:
+        notes.append("left out, short of their planned rounds: " + "; ".join(
+            f"{m} {', '.join(f's{s}' for s in sorted(seeds))}" for m, seeds in sorted(left_out.items())))
     if short:
         notes.append(f"{', '.join(sorted(short))} ran fewer rounds than planned: a comparison with them is "
                      "inconclusive at this budget, whatever its p")
-    return Outcome(claim, verdict, folder, run_text, tests, reason="; ".join(notes))
+    unseeded = {m: sorted(set(exp.more_seeds.get(m, exp.seeds)) - {s for s, _, _ in runs.get(m, [])})
+                for m in needed}
+    # clear: the rank test and the interval agree (a "does not hold" from the rank test alone, its
+    # interval across 0, is worth the runs the table still plans)
+    clear = verdict == HOLDS or any(t.verdict == FAILS and t.high < 0 for _, _, t in tests)
+    return Outcome(claim, verdict, folder, run_text, tests, reason="; ".join(notes),
+                   line=budget_line(verdict, clear, short | set(left_out), {m: v for m, v in unseeded.items() if v}))
+
+
+def budget_line(verdict: str, clear: bool, unfinished: set[str], unseeded: dict[str, list[int]]) -> str:
+    """Whether a claim's line of runs stops (when its verdict is clear at this budget, or stays
+    undecided with every seed the table plans run to its planned rounds) or what would decide
+    it: the unfinished runs of these methods to finish, then the table's seeds to add."""
+    if clear:
+        return f"stops: the verdict is clear at this budget ({verdict}); no further runs needed"
+    if unfinished:
+        return f"goes on: finish the runs of {', '.join(sorted(unfinished))} (their planned rounds)"
+    if unseeded:
+        return "goes on: run " + "; ".join(f"{m} at seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}"
+                                           for m, v in sorted(unseeded.items()))
+    undecided = "inconclusive" if verdict == OPEN else f"{verdict} by the rank test alone (its interval spans 0)"
+    return (f"stops: {undecided}, with every seed the table plans run to its planned rounds; settling it would "
+            "take more seeds or clients than this protocol has")
 
 
 def _num(x: float, digits: int) -> str:
@@ -311,7 +348,10 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
         f"the `--at-round` that file names), test split, one value per client (unweighted). Test: {TEST_TEXT}. "
         "Clients recur across seeds, so pairs of one client are not independent: read p as the evidence over "
         "this protocol's clients, not over new ones. Runs: each method's seeds, with the rounds each ran / "
-        "planned.", "",
+        "planned; a run short of its planned rounds is left out where its method has finished seeds, and a "
+        "method with no finished run makes its comparisons inconclusive. Line: whether the claim's runs stop (its verdict is clear at this budget, or it stays "
+        "inconclusive with every seed of the table run to its planned rounds) or go on, and with which runs; "
+        "computed from the verdict and the runs, as the verdict is.", "",
         "| Verdict | claims |", "|---|---|",
     ]
     outcomes = {paper: [evaluate(c, runs_root, results_dir, data_root, experiments) for c in claims]
@@ -336,8 +376,12 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
             for a, b, t in o.tests or []:
                 digits = 2 if c.metric in KIND_METRICS["classification"] else 3
                 lines.append(f"- {a} vs {b}: n = {t.n} pairs, effect {_num(t.effect, digits)} "
-                             f"[{_num(t.low, digits)}, {_num(t.high, digits)}], p = {_p(t.p)}: {t.verdict}"
+                             f"[{_num(t.low, digits)}, {_num(t.high, digits)}], p = {_p(t.p)}"
+                             + (f" (the other way: {_p(t.p_other)})" if t.verdict == FAILS and t.high >= 0 else "")
+                             + f": {t.verdict}"
                              + (f" (fewer than {MIN_PAIRS} non-zero differences)" if np.isnan(t.p) else ""))
+            if o.line:
+                lines.append(f"- Line: {o.line}")
             lines.append("")
     text = "\n".join(lines).rstrip() + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
