@@ -69,9 +69,30 @@ def test_methods_runs_a_subset_and_the_file_still_covers_the_table(table, tmp_pa
     assert res.exit_code == 0, res.output
     assert (out / "local-s0" / "summary.json").exists() and not (out / "fedavg-s0").exists()
     text = results.read_text()
-    assert "| local |" in text and "--methods local" in text
+    assert "| local |" in text and "| fedavg |" in text and "--methods" not in text  # the table's own command
     bad = CliRunner().invoke(app, [*args, "--methods", "local,nope"])
     assert bad.exit_code != 0 and "nope not in this table" in bad.output and "Traceback" not in bad.output
+
+
+def test_seeds_add_runs_and_the_file_keeps_every_seed_of_the_table(table, tmp_path):
+    """One more seed of one method: the results file keeps the table's other seeds' rows, and
+    names --seeds and --methods only for a seed beyond the table's plan."""
+    out, results = tmp_path / "runs", tmp_path / "results.md"
+    args = ["reproduce", "tiny:t", "--out", str(out), "--results", str(results), "--quiet"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    whole = results.read_text()
+
+    def seeds_of(text: str) -> str:
+        return [c.strip() for c in next(x for x in text.splitlines() if x.startswith("| fedavg |")).split("|")][3]
+
+    planned = CliRunner().invoke(app, [*args, "--methods", "fedavg", "--seeds", "1"])
+    assert planned.exit_code == 0, planned.output
+    assert results.read_text() == whole and seeds_of(whole) == "0,1"
+    beyond = CliRunner().invoke(app, [*args, "--methods", "fedavg", "--seeds", "5"])
+    assert beyond.exit_code == 0, beyond.output
+    text = results.read_text()
+    assert seeds_of(text) == "0,1,5" and "| local |" in text and "2/2" in text
+    assert "--seeds 5 --methods fedavg" in text
 
 
 def test_overwrite_starts_the_selected_runs_again_and_only_those(table, tmp_path):

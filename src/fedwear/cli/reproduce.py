@@ -40,7 +40,8 @@ def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out:
 def reproduce(
     table: Annotated[str | None, typer.Argument(help="e.g. protohar:table2 (--list shows all); with --claims: a paper (protohar) or none for all")] = None,
     root: Annotated[str | None, typer.Option(help="folder of the dataset's original files (dataset.root)")] = None,
-    seeds: Annotated[str | None, typer.Option(help="comma-separated seeds for every method (default: the table's)")] = None,
+    seeds: Annotated[str | None, typer.Option(help="comma-separated seeds to run for every method (default: the "
+                                                   "table's); the results file still covers the table's seeds")] = None,
     methods: Annotated[str | None, typer.Option(help="comma-separated methods to run (default: all the table's); "
                                                      "the results file still covers the whole table")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (one process each)")] = 1,
@@ -89,8 +90,14 @@ def reproduce(
         exp = rp.experiment(table)
         folder = out or rp.default_out(exp)
         runs = rp.plan(exp, folder, root, parse_seeds("--seeds", seeds) if seeds else None, set_)
-        command = run_command(table, root, seeds, jobs, out, results, set_, until, methods, at_round)
         todo = runs if methods is None else rp.only_methods(exp, runs, name_list(methods))
+        # the results file covers the whole table: its planned runs, and any run --seeds adds beyond them
+        # (then its command keeps --seeds and --methods, else the table's own command remakes the file)
+        table_runs = rp.plan(exp, folder, root, None, set_)
+        extra = [r for r in todo if r[2] not in {where for _, _, where in table_runs}]
+        runs = table_runs + extra
+        command = run_command(table, root, seeds if extra else None, jobs, out, results, set_, until,
+                              methods if extra else None, at_round)
         target = results or Path("results") / exp.results
         if not report_only:
             typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)
