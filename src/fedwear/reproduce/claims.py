@@ -349,9 +349,10 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
         "Clients recur across seeds, so pairs of one client are not independent: read p as the evidence over "
         "this protocol's clients, not over new ones. Runs: each method's seeds, with the rounds each ran / "
         "planned; a run short of its planned rounds is left out where its method has finished seeds, and a "
-        "method with no finished run makes its comparisons inconclusive. Line: whether the claim's runs stop (its verdict is clear at this budget, or it stays "
-        "inconclusive with every seed of the table run to its planned rounds) or go on, and with which runs; "
-        "computed from the verdict and the runs, as the verdict is.", "",
+        "method with no finished run makes its comparisons inconclusive. Line: whether the claim's runs stop "
+        "(its verdict is clear at this budget, the rank test and the interval agreeing, or it stays undecided "
+        "with every seed of the table run to its planned rounds) or go on, and with which runs; computed from "
+        "the verdict and the runs, as the verdict is.", "",
         "| Verdict | claims |", "|---|---|",
     ]
     outcomes = {paper: [evaluate(c, runs_root, results_dir, data_root, experiments) for c in claims]
