@@ -77,7 +77,8 @@ PROTOHAR_FLAGGED = {
         "if each metric's maximum over rounds was reported (the authors' ResultLogging.average_data does that; "
         "main.py does not call it) and FedHome's highest AUC fell in its FedAvg rounds: here it does at every "
         "seed (rounds 80, 109, 217), and in the per-metric table below FedHome's F1 is 60.11, 0.99 under the "
-        "paper's"
+        "paper's (per-round train-weighted means from metrics.csv of fedhome-s0..s2 and fedavg-s0..s2, and "
+        "their rounds.csv)"
     ),
     "scaffold": (
         "at 3 seeds accuracy and F1 are within 0.6 points (70.01 +- 0.27 and 59.95 +- 0.17 against 69.84 and "
