@@ -87,6 +87,9 @@ def test_a_run_short_of_its_rounds_decides_nothing(tmp_path):
     assert none_finished.verdict == cl.OPEN and none_finished.tests[0][2].p < 0.05
     assert "local ran fewer rounds than planned" in none_finished.reason
     assert none_finished.line == "goes on: finish the runs of local (their planned rounds)"
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "fedavg-s2")  # a seed to add as well: the line names both
+    assert _verdict(exp, tmp_path).line == ("goes on: finish the runs of local (their planned rounds); "
+                                            "run fedavg at seed 2")
 
 
 def test_lower_is_better_metrics_turn_the_direction():

@@ -313,14 +313,13 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
 def budget_line(verdict: str, clear: bool, unfinished: set[str], unseeded: dict[str, list[int]]) -> str:
     """Whether a claim's line of runs stops (when its verdict is clear at this budget, or stays
     undecided with every seed the table plans run to its planned rounds) or what would decide
-    it: the unfinished runs of these methods to finish, then the table's seeds to add."""
+    it: the unfinished runs of these methods to finish and the table's seeds to add."""
     if clear:
         return f"stops: the verdict is clear at this budget ({verdict}); no further runs needed"
-    if unfinished:
-        return f"goes on: finish the runs of {', '.join(sorted(unfinished))} (their planned rounds)"
-    if unseeded:
-        return "goes on: run " + "; ".join(f"{m} at seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}"
-                                           for m, v in sorted(unseeded.items()))
+    todo = [f"finish the runs of {', '.join(sorted(unfinished))} (their planned rounds)"] if unfinished else []
+    todo += [f"run {m} at seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}" for m, v in sorted(unseeded.items())]
+    if todo:
+        return "goes on: " + "; ".join(todo)
     undecided = "inconclusive" if verdict == OPEN else f"{verdict} by the rank test alone (its interval spans 0)"
     return (f"stops: {undecided}, with every seed the table plans run to its planned rounds; settling it would "
             "take more seeds or clients than this protocol has")

@@ -95,12 +95,16 @@ PCFEDH_PPG_FLAGGED = {
         "projection network"
     ),
     "pcfedh": (
-        "open: seed 0 finished at R_pcl = 10 (511 rounds) at 2.648 +- 1.760, +0.099 over the paper's 2.549; it "
-        "has converged (2.649 at round 311, 2.647 at 461, 2.648 at 511). That is 0.011 under FedAvg's seed 0 "
-        "(2.659), lower on 5 of the 15 clients: whether PCFedH beats FedAvg here is a claim of results/claims.md, "
-        "tested over seeds and clients. Seed 1 is under way (the rounds column; checkpointed, the same command "
-        "continues it), then seed 2. The 1-round run (pcfedh:table4, pcfedh-r1-s0) finished at 2.673 +- 1.790 "
-        "(per-round and per-client MSE: the personalized test rows of metrics.csv in pcfedh-s0 and fedavg-s0)"
+        "open: seeds 0 and 1 finished at R_pcl = 10 (511 rounds each): 2.648 +- 1.760 and 2.650 +- 1.811, "
+        "+0.100 over the paper's 2.549 on their mean; both have converged (seed 1: 2.653 at round 311, 2.650 at "
+        "411, 461 and 511). Each sits under FedAvg's same seed (2.659, 2.701) only through one client: PCFedH's "
+        "MSE is higher than FedAvg's on 10 of the 15 clients at both seeds (median difference +0.089 and "
+        "+0.046), and its mean is lower through s8 alone (1.80 and 1.96 under FedAvg's). So the ranks say "
+        "FedAvg is better per client and the means say PCFedH: whether PCFedH beats FedAvg here is a claim "
+        "of results/claims.md, tested over seeds and clients. Next: seed 2 (checkpointed, the same command "
+        "continues it). The 1-round run (pcfedh:table4, pcfedh-r1-s0) finished at 2.673 +- 1.790 (per-round "
+        "and per-client MSE: the personalized test rows of metrics.csv in pcfedh-s0, pcfedh-s1, fedavg-s0 "
+        "and fedavg-s1)"
     ),
     "fedavg": (
         "open: seeds 0 and 1 finished (500 rounds each): 2.659 +- 2.055 and 2.701 +- 2.159, MAE 1.129 and 1.127. "
