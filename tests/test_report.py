@@ -556,7 +556,13 @@ def test_single_seed_cells_read_n_1(compare_dir, tmp_path):
     assert "±" not in local and local.count("(n = 1 seed)") == 9 and local.count("n/a") == 3  # no global view
     assert fedavg.count("±") == 12 and "n = 1" not in fedavg
     value = summaries["local"][0]["final"]["personalized"]["accuracy"]
-    assert f"| local | {100 * value:.2f} (n = 1 seed) |" in md
+    final = summaries["local"][0]["final_round"]
+    assert f"| local | 0 | {final} | {100 * value:.2f} (n = 1 seed) |" in md  # every row: its seeds and round
+    assert fedavg.startswith(f"| fedavg | 0, 1 | {final} |")
+    best = [s["best_round"] for s in summaries["fedavg"]]
+    best_md, _ = comparison_table(summaries, "best", tiny_config())
+    shown = best[0] if best[0] == best[1] else f"{best[0]}, {best[1]}"
+    assert f"| fedavg | 0, 1 | {shown} |" in best_md
 
 
 def test_headline_marks_the_reference_and_the_papers_numbers(compare_dir, tmp_path):
@@ -670,3 +676,11 @@ def test_quickstart_comparison_renders_as_a_paper_figure_set(tmp_path):
     assert "(n = 1 seed)" in dom and "n = 1 seed per method" in dom
     cells = re.findall(r"<td>(.*?)</td>", dom.split("<h3>final round</h3>")[1].split("</table>")[0])
     assert cells and all("±" not in c for c in cells)
+
+
+def test_a_comparison_row_names_the_round_of_each_seed():
+    from fedwear.report.tables import rounds_read
+
+    runs = [{"final_round": 30, "best_round": 12}, {"final_round": 30, "best_round": 20}]
+    assert rounds_read(runs, "final") == "30"  # one round for all seeds: said once
+    assert rounds_read(runs, "best") == "12, 20"

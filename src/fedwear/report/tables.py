@@ -89,6 +89,12 @@ def _named(missing: dict[str, list[str]], rounds: dict[str, int] | None = None) 
                      for v in ordered_views(missing))
 
 
+def rounds_read(runs: list[dict], select: str) -> str:
+    """The round each run's numbers are read at (``final`` or ``best``), once when all agree."""
+    got = [str(s["final_round"] if select == "final" else s["best_round"]) for s in runs]
+    return got[0] if len(set(got)) == 1 else ", ".join(got)
+
+
 def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig,
                      tests: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Markdown table and a long-form frame. Each cell is, over seeds, the mean ± population std
@@ -100,10 +106,10 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
     metrics = task_metrics([vals for runs in summaries.values() for s in runs for vals in s[select].values()])
     factor = 100.0 if in_percent(metrics) else 1.0
     records = []
-    header = ["Method"] + [f"{v} {LABEL[m]}" for v in views for m in metrics]
+    header = ["Method", "seeds", "round"] + [f"{v} {LABEL[m]}" for v in views for m in metrics]
     rows = []
     for method, runs in summaries.items():
-        cells = [method]
+        cells = [method, ", ".join(str(s["seed"]) for s in runs), rounds_read(runs, select)]
         for v in views:
             for m in metrics:
                 vals = np.array([s[select].get(v, {}).get(m) for s in runs], dtype=float)
