@@ -102,7 +102,7 @@ def test_lower_is_better_metrics_turn_the_direction():
     assert cl.paired_differences(a, b, lower_is_better=True).tolist() == [-1.0, 1.0]
 
 
-def test_too_few_pairs_are_inconclusive_and_missing_runs_or_data_not_testable(tmp_path):
+def test_too_few_pairs_or_missing_runs_are_inconclusive_and_missing_data_not_testable(tmp_path):
     exp = _table(tmp_path)
     one_seed = Experiment(**{**exp.__dict__, "seeds": (0,)})
     _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6})
@@ -114,8 +114,15 @@ def test_too_few_pairs_are_inconclusive_and_missing_runs_or_data_not_testable(tm
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s1")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s2")
     gone = _verdict(exp, tmp_path)
-    assert gone.verdict == cl.UNTESTABLE and "no run of local" in gone.reason
+    assert gone.verdict == cl.OPEN and gone.reason == f"no run of local with numbers in {tmp_path / 'runs' / 'tiny'}"
     assert gone.line == "goes on: run local (`fedwear reproduce tiny:table`)"
+    earlier = tmp_path / "runs" / "tiny" / "local-s0"  # a run of the table's config before it changed
+    shutil.copytree(tmp_path / "runs" / "tiny" / "fedavg-s0", earlier)
+    (earlier / "config.yaml").write_text(dump_config(plan(exp, tmp_path / "runs" / "tiny", None)[0][1]
+                                                     .model_copy(update={"method": "local", "rounds": 9})))
+    stale = _verdict(exp, tmp_path)
+    assert stale.verdict == cl.OPEN and "(local-s0 there: runs of an earlier config of the table" in stale.reason
+    assert stale.line == "goes on: run local (`fedwear reproduce tiny:table --methods local --overwrite`)"
     absent = cl.Claim(id="x", statement="s", source="t", view="generalization", metric="macro_f1",
                       comparisons=(("fedali", "fedavg"),), dataset="HHAR")
     out = cl.evaluate(absent, tmp_path / "runs", tmp_path, tmp_path / "data", {})
@@ -180,7 +187,7 @@ def test_reproduce_claims_writes_the_ledger(tmp_path):
     text = out.read_text()
     assert f"Produced by `fedwear reproduce fedmat --claims --root {tmp_path / 'data'} --results {out} " \
            f"--runs-root {tmp_path / 'runs'}`" in text
-    assert "### fedmat-nofmask-weakest: not testable here" in text and "Wilcoxon" in text
+    assert "### fedmat-nofmask-weakest: inconclusive at this budget" in text and "Wilcoxon" in text
     every = CliRunner().invoke(app, ["reproduce", "--claims", "--runs-root", str(tmp_path / "runs"),
                                      "--results", str(out)])
     assert every.exit_code == 0 and "## protohar" in out.read_text() and "## fedmat" in out.read_text()

@@ -16,8 +16,9 @@ or final round, as the table's writer picks it, up to that file's ``--at-round``
 The verdict: *holds* when p < 0.05 and the interval lies above 0; *does not hold* when the
 interval lies below 0 or the opposite one-sided test gives p < 0.05; *inconclusive at this
 budget* otherwise, or with fewer than :data:`MIN_PAIRS` non-zero differences (no one-sided
-Wilcoxon test of fewer can reach 0.05); *not testable here* when the paper's dataset is not in the
-data folder, or no run of a method the claim needs is there. Runs short of their planned rounds are
+Wilcoxon test of fewer can reach 0.05), and when no run of a method the claim needs is there yet (or
+only runs of an earlier config of its table); *not testable here* when the paper's dataset is not in
+the data folder, or its table has no row of a method. Runs short of their planned rounds are
 compared with nothing: left out where the method has finished seeds, and where it has none, its
 comparisons stay inconclusive whatever their p. A claim of several comparisons holds
 when every one holds (each at 0.05: all must hold, so no correction is needed) and does not hold
@@ -36,7 +37,7 @@ import pandas as pd
 import yaml
 from scipy import stats
 
-from fedwear.config import KIND_METRICS, RunConfig, task_kind
+from fedwear.config import KIND_METRICS, RunConfig, load_config, task_kind
 from fedwear.errors import ConfigError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, plan
@@ -259,6 +260,7 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
     planned = [r for r in plan(exp, folder, None) if r[0] in needed]
     values: dict[str, dict[int, pd.Series]] = {}
     runs: dict[str, list[tuple[int, int, int]]] = {}
+    stale: set[str] = set()  # run folders holding a run of another config (the table's config changed since)
     for label in {m for pair in claim.comparisons for m in pair}:
         method, view = _method_view(label, claim.view)
         values[label] = {}
@@ -269,13 +271,18 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
             if got is not None:
                 values[label][cfg.seed] = got
                 runs.setdefault(method, []).append((cfg.seed, rounds_run(where, at_round), cfg.rounds))
+            elif (where / "config.yaml").exists() and load_config(where / "config.yaml").hash() != cfg.hash():
+                stale.add(where.name)
     missing = sorted(label for label, v in values.items() if not v)
     run_text = {m: ", ".join(f"s{s} ({r}/{p})" for s, r, p in sorted(set(v))) for m, v in sorted(runs.items())}
     if missing:
-        return Outcome(claim, UNTESTABLE, folder, run_text,
-                       reason=f"no run of {', '.join(missing)} with numbers in {folder}",
-                       line=f"goes on: run {', '.join(sorted({_method_view(m, claim.view)[0] for m in missing}))} "
-                            f"(`fedwear reproduce {exp.key}`)")
+        todo = sorted({_method_view(m, claim.view)[0] for m in missing})
+        earlier = (f" ({', '.join(sorted(stale))} there: runs of an earlier config of the table, which "
+                   "compare with nothing now)") if stale else ""
+        return Outcome(claim, OPEN, folder, run_text,
+                       reason=f"no run of {', '.join(missing)} with numbers in {folder}{earlier}",
+                       line=f"goes on: run {', '.join(todo)} (`fedwear reproduce {exp.key}"
+                            + (f" --methods {','.join(todo)} --overwrite`)" if stale else "`)"))
     lower = claim.metric in LOWER_IS_BETTER
     # a run short of its budget (its planned rounds, or the results file's --at-round) is not compared
     # with finished ones: it is left out where its method has finished seeds, and where it has none,
@@ -372,7 +379,7 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
             if o.runs:
                 lines.append("- Runs: " + "; ".join(f"{m}: {t}" for m, t in o.runs.items()))
             if o.reason:
-                lines.append(f"- {'Why' if o.verdict == UNTESTABLE else 'Read'}: {o.reason}")
+                lines.append(f"- {'Read' if o.tests else 'Why'}: {o.reason}")
             for a, b, t in o.tests or []:
                 digits = 2 if c.metric in KIND_METRICS["classification"] else 3
                 lines.append(f"- {a} vs {b}: n = {t.n} pairs, effect {_num(t.effect, digits)} "
