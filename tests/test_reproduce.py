@@ -145,6 +145,13 @@ def test_partial_runs_state_the_rounds_they_ran(table, tmp_path):
     fedavg = next(line for line in text.splitlines() if line.startswith("| fedavg |"))
     assert "2/3" in fedavg
     assert "| local |" in text and "not run" in text.split("| local |")[1].splitlines()[0]
+    # the table's config changed since local's run: its row is not run, and says which folder holds what
+    lmethod, lcfg, lwhere = runs[0]
+    run_one(lcfg.model_copy(update={"rounds": 1}), lwhere, False, True)
+    (lwhere / "config.yaml").write_text(dump_config(lcfg.model_copy(update={"rounds": 1})))
+    text = write_results(table, runs, tmp_path / "r.md", "cmd", tmp_path / "runs")
+    row = text.split(f"| {lmethod} |")[1].splitlines()[0]
+    assert f"not run (s{lcfg.seed}: runs of an earlier config, rerun with --overwrite)" in row
 
 
 def test_findings_are_listed_once_beside_the_flagged_rows_of_methods_that_ran(table, tmp_path):

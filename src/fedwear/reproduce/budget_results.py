@@ -26,6 +26,7 @@ from fedwear.reproduce.run_files import (
     header,
     matching_metrics,
     numbers_by_method,
+    rounds_cell,
     rounds_run,
     seed_cell,
     total_cpu_s,
@@ -89,7 +90,7 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             train, test = _cells(got, f"personalized{suffix}"), _cells(got, f"new_clients{suffix}")
             ref = paper["rows"].get(f"{method}{suffix}") or [None, None]
             seeds = ",".join(str(n["seed"]) for n in got) or "-"
-            rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
+            rounds = rounds_cell(method, got, runs)
             cpu = np.nanmean([n["cpu_s"] for n in got]) if got else float("nan")
             deltas = [delta_cell(train, ref[0]), delta_cell(test, ref[1])]
             if any("⚠" in d for d in deltas):

@@ -37,11 +37,11 @@ import pandas as pd
 import yaml
 from scipy import stats
 
-from fedwear.config import KIND_METRICS, RunConfig, load_config, task_kind
+from fedwear.config import KIND_METRICS, RunConfig, task_kind
 from fedwear.errors import ConfigError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, plan
-from fedwear.reproduce.run_files import matching_metrics, rounds_run
+from fedwear.reproduce.run_files import matching_metrics, of_another_config, rounds_run
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
 
@@ -271,7 +271,7 @@ def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
             if got is not None:
                 values[label][cfg.seed] = got
                 runs.setdefault(method, []).append((cfg.seed, rounds_run(where, at_round), cfg.rounds))
-            elif (where / "config.yaml").exists() and load_config(where / "config.yaml").hash() != cfg.hash():
+            elif of_another_config(cfg, where):
                 stale.add(where.name)
     missing = sorted(label for label, v in values.items() if not v)
     run_text = {m: ", ".join(f"s{s} ({r}/{p})" for s, r, p in sorted(set(v))) for m, v in sorted(runs.items())}

@@ -24,6 +24,7 @@ from fedwear.reproduce.run_files import (
     header,
     matching_metrics,
     numbers_by_method,
+    rounds_cell,
     total_cpu_s,
 )
 from fedwear.summary import aggregate_metrics
@@ -116,7 +117,7 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
         if any("⚠" in c for c in cells):
             warned.add(method)
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
+        rounds = rounds_cell(method, got, runs)
         cpu = _cpu([n["cpu_s"] for n in got])
         drift = ", ".join(f"{n['drift'][1]:+.3f} ({n['drift'][0]} -> {n['rounds']})"
                           for n in got if n["drift"]) or "-"

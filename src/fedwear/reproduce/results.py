@@ -23,6 +23,7 @@ from fedwear.reproduce.run_files import (
     header,
     matching_metrics,
     numbers_by_method,
+    rounds_cell,
     seed_cell,
     timing,
 )
@@ -130,7 +131,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         got = by_method.get(method, [])
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
+        rounds = rounds_cell(method, got, runs)
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]

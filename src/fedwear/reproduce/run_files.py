@@ -24,10 +24,23 @@ def matching_metrics(cfg: RunConfig, where: Path, at_round: int | None = None) -
     it was not run yet or is a run of another config."""
     if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
         return None
-    if load_config(where / "config.yaml").hash() != cfg.hash():
+    if of_another_config(cfg, where):
         return None
     metrics = cut(pd.read_csv(where / "metrics.csv"), at_round)
     return None if metrics.empty else metrics
+
+
+def of_another_config(cfg: RunConfig, where: Path) -> bool:
+    """Whether ``where`` holds a run of a config other than ``cfg`` (its table's config changed since)."""
+    return (where / "config.yaml").exists() and load_config(where / "config.yaml").hash() != cfg.hash()
+
+
+def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]]) -> str:
+    """A results row's "rounds run": each run's rounds / planned, or "not run"; the seeds whose
+    folders hold a run of an earlier config of the table (compared with nothing) are named."""
+    earlier = [f"s{cfg.seed}" for m, cfg, where in runs if m == method and of_another_config(cfg, where)]
+    text = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
+    return text + (f" ({', '.join(earlier)}: runs of an earlier config, rerun with --overwrite)" if earlier else "")
 
 
 def cut(frame: pd.DataFrame, at_round: int | None) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from fedwear.reproduce.run_files import (
     header,
     matching_metrics,
     numbers_by_method,
+    rounds_cell,
     rounds_run,
     seed_cell,
     timing,
@@ -110,7 +111,7 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
     for method in exp.methods:
         got = by_method[method]
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
+        rounds = rounds_cell(method, got, runs)
         best = ", ".join(str(n["best_round"]) for n in got)
         glob = [n["global"] for n in got if "global" in n]
         gcell = (f"{seed_cell([g[0] for g in glob])} / {seed_cell([g[1] for g in glob])} "
