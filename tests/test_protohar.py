@@ -137,6 +137,19 @@ def test_code_prototype_is_the_first_recorded_embedding(monkeypatch, reweight):
     assert not up.arrays[PROTO][missing_class(client, q)].any()
 
 
+def test_code_variant_reweighting_is_the_same_at_every_epsilon():
+    # One embedding per class: its weight exp(eps cos) cancels, so Table IV's + RP rows are one run
+    # (fedwear.reproduce.tables.protohar.RP_ROWS); the paper variant's class means do depend on eps.
+    def reply(variant, eps):
+        m, data = setup(**{opt("reweight"): eps, opt("variant"): variant})
+        up, _ = m.fit(with_prototypes(m, [1, 0, 1]), Record(), data.clients[2], 2, seed=5)
+        return up.arrays
+
+    small, large = reply("code", 0.01), reply("code", 10.0)
+    assert small.keys() == large.keys() and all(np.array_equal(small[k], large[k]) for k in small)
+    assert not np.array_equal(reply("paper", 0.01)[PROTO], reply("paper", 10.0)[PROTO])
+
+
 # ---- 3. server: Eq. 7 body, Eq. 8 / plain-mean prototypes, rebuilt every round -----------------
 @pytest.mark.parametrize("weighting", ["uniform", "count"])
 def test_server_averages_bodies_by_windows_and_prototypes_per_class(weighting):

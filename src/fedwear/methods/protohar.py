@@ -40,7 +40,11 @@ class ProtoHAROptions(FedRepOptions):
     head_lr: float | None = Field(0.01, gt=0, description="lr of the head step: the code's personal_learning_rate 0.01 (cheng-haha/ProtoHAR main.py)")
     lamda: float = Field(1.0, ge=0, description="lambda of Eq. 6: 1 for USC-HAD, UNIMIB, HARBOX, 10 for PAMAP2 (paper; code's runexp.sh)")
     distance: Literal["l2", "l1", "cosine"] = Field("l2", description="L_R: l2 = nn.MSELoss over all B x k entries (paper and code default)")
-    reweight: float | None = Field(None, ge=0, description="epsilon of Eq. 5 (re-weighted prototypes, Table IV); null: off (the main runs)")
+    reweight: float | None = Field(
+        None, ge=0, description="epsilon of Eq. 5 (re-weighted prototypes, Table IV); null: off (the main runs). "
+        "variant code: any epsilon gives the same prototypes (one embedding per class, its weight cancels; "
+        "unscaled by 1/n_j); variant paper: the class mean weighted by exp(epsilon cos)",
+    )
     variant: Literal["code", "paper"] = Field("code", description="local prototype: the code's first-sample value or the paper's Eq. 4 mean")
     proto_weighting: Literal["uniform", "count"] = Field(
         "uniform", description="server prototypes: plain mean over clients (code) or count-weighted (Eq. 8)"
