@@ -106,9 +106,9 @@ PROTOHAR_VARIANTS = {
 
 #: Table IV's + RP rows: run name -> epsilon of Eq. 5 (ProtoHAR, Sec. IV-E; the paper's rows: 0.01, 0.1,
 #: 1, 10). In the code variant epsilon has no effect: a class's prototype is one recorded embedding,
-#: and its weight exp(eps cos) cancels in the division by the weights' sum (cheng-haha/ProtoHAR userProtoHAR.py). So one row
-#: runs the table's seeds, and eps = 0.1 runs seed 0 only, to show in the table itself that its
-#: numbers are eps = 0.01's (tests/test_protohar.py checks the prototypes are bit-identical).
+#: and its weight exp(eps cos) cancels in the division by the weights' sum (cheng-haha/ProtoHAR
+#: userProtoHAR.py). So one row runs the table's seeds, and eps = 0.1 runs seed 0 only, to show in the
+#: table itself that its numbers are eps = 0.01's (tests/test_protohar.py: bit-identical prototypes).
 RP_ROWS = {"protohar-rp0.01": 0.01, "protohar-rp0.1": 0.1}
 RP_NOTE = (
     "the protocol of protohar:table2; + RP reweights each client's class prototype (Eq. 5) by "
@@ -116,8 +116,8 @@ RP_NOTE = (
     "recorded embedding of the class alone, so its weight cancels in the division by the sum of "
     "weights: eps changes nothing, and what + RP changes is the 1/n_c scaling it drops (cheng-haha/ProtoHAR userProtoHAR.py). The "
     "eps = 0.1 row's seed-0 run has the same metrics.csv, byte for byte, as eps = 0.01's, so eps 1 and "
-    "10 were not run (each would be the same run); the paper's rows for them: 80.41 / 76.74 and "
-    "80.82 / 76.70. The paper's variant (class means, where eps matters) is the option "
+    "10 were not run (each would be the same run; the paper's Table IV rows for them: src/fedwear/reproduce/papers/protohar.yaml). "
+    "The paper's variant (class means, where eps matters) is the option "
     "method_options.protohar.variant=paper, not run here"
 )
 
