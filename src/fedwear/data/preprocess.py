@@ -17,7 +17,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from scipy.signal import resample_poly
 
 from fedwear.data.config import DatasetConfig
 from fedwear.data.types import UNLABELLED, RawDataset, Recording, Windows
@@ -183,6 +182,8 @@ def resample(rec: Recording, target: float) -> Recording:
     up, down = rate_ratio(rec.rate_hz, target)
     if up == down:
         return rec
+    from scipy.signal import resample_poly  # imported here: scipy.signal costs ~1 s at start-up
+
     n = len(rec.labels)
     sig = resample_poly(rec.signal, up, down, axis=0, padtype="line").astype(np.float32)
     src = np.minimum(np.rint(np.arange(len(sig)) * (down / up)).astype(np.int64), n - 1)

@@ -45,7 +45,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.signal import resample
 
 from fedwear.data.config import DatasetConfig
 from fedwear.data.hhar import aligned
@@ -126,6 +125,8 @@ def read_csv(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _faithful_pair(acc: np.ndarray, gyr: np.ndarray, where: str) -> np.ndarray | None:
     """FedAli's length-based pairing (module docstring); None when it skips the recording."""
+    from scipy.signal import resample  # imported here: scipy.signal costs ~1 s at start-up
+
     la, lg = len(acc), len(gyr)
     if lg - la > FAITHFUL_SLACK:
         gyr = resample(gyr, la, axis=0)

@@ -32,7 +32,6 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-from sklearn.model_selection import StratifiedKFold, train_test_split
 
 from fedwear.data.config import DatasetConfig
 from fedwear.data.types import Windows
@@ -94,6 +93,8 @@ def _random_cut(
     y: np.ndarray, idx: np.ndarray, frac: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stratified random cut (non-stratified fallback); ``rest`` gets ``frac`` of ``idx``."""
+    from sklearn.model_selection import train_test_split  # here: scikit-learn slows start-up
+
     if len(idx) < 2 or frac <= 0:
         return idx, idx[:0]
     state = int(rng.integers(2**31 - 1))
@@ -148,6 +149,8 @@ def kfold_cut(y: np.ndarray, folds: int, test_fraction: float) -> tuple[np.ndarr
     dropped) when ``y`` is too small to split: fewer than ``folds`` windows, or every class has
     fewer than ``folds``. A class with fewer windows than folds (scikit-learn warns; silenced
     here) fills the first folds only, so it stays on the train side."""
+    from sklearn.model_selection import StratifiedKFold  # here: scikit-learn slows start-up
+
     n_test = n_test_folds(folds, test_fraction)
     idx = np.arange(len(y))
     _, counts = np.unique(y, return_counts=True)

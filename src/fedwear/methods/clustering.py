@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.cluster import KMeans
 
 #: PCFedH's code replaces empty counts by this fraction of the client's windows.
 EMPTY_SHARE = 1e-4
@@ -25,6 +24,8 @@ def local_kmeans_step(features: np.ndarray, init: np.ndarray | None, k: int, see
     """One Lloyd step (scikit-learn ``KMeans(max_iter=1, n_init=1)``) from ``init`` (the global
     prototypes) or, without them, from ``k`` random points; returns the centres and each
     feature's nearest centre. PCFedH's code runs ``faiss.Kmeans(niter=1)`` the same way."""
+    from sklearn.cluster import KMeans  # here: scikit-learn slows start-up
+
     km = KMeans(n_clusters=k, init=init if init is not None else "random", n_init=1, max_iter=1,
                 random_state=seed, algorithm="lloyd")
     labels = km.fit_predict(np.asarray(features, np.float64))

@@ -25,7 +25,6 @@ import logging
 import numpy as np
 import torch
 import torch.nn.functional as F
-from imblearn.over_sampling import SMOTE
 from pydantic import Field
 from torch import nn
 
@@ -118,6 +117,8 @@ class FedHome(FedAvg):
         """userhome.py's ``generate_data``: body outputs of the train split, classes with at most
         ``min_class_samples`` samples dropped, the rest grouped by class in order of first
         appearance and balanced by SMOTE (original samples first, then the synthetic ones)."""
+        from imblearn.over_sampling import SMOTE  # here: scikit-learn slows start-up
+
         x, y = tensors(data)
         with torch.no_grad():
             r = host(model.eval().features(x.to(self.device)))
