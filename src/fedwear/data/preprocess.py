@@ -182,7 +182,7 @@ def resample(rec: Recording, target: float) -> Recording:
     up, down = rate_ratio(rec.rate_hz, target)
     if up == down:
         return rec
-    from scipy.signal import resample_poly  # imported here: scipy.signal costs ~1 s at start-up
+    from scipy.signal import resample_poly  # imported here: it slows every start-up
 
     n = len(rec.labels)
     sig = resample_poly(rec.signal, up, down, axis=0, padtype="line").astype(np.float32)

@@ -125,7 +125,7 @@ def read_csv(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _faithful_pair(acc: np.ndarray, gyr: np.ndarray, where: str) -> np.ndarray | None:
     """FedAli's length-based pairing (module docstring); None when it skips the recording."""
-    from scipy.signal import resample  # imported here: scipy.signal costs ~1 s at start-up
+    from scipy.signal import resample  # imported here: it slows every start-up
 
     la, lg = len(acc), len(gyr)
     if lg - la > FAITHFUL_SLACK:

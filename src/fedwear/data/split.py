@@ -93,7 +93,7 @@ def _random_cut(
     y: np.ndarray, idx: np.ndarray, frac: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stratified random cut (non-stratified fallback); ``rest`` gets ``frac`` of ``idx``."""
-    from sklearn.model_selection import train_test_split  # here: scikit-learn slows start-up
+    from sklearn.model_selection import train_test_split  # imported here: it slows every start-up
 
     if len(idx) < 2 or frac <= 0:
         return idx, idx[:0]
@@ -149,7 +149,7 @@ def kfold_cut(y: np.ndarray, folds: int, test_fraction: float) -> tuple[np.ndarr
     dropped) when ``y`` is too small to split: fewer than ``folds`` windows, or every class has
     fewer than ``folds``. A class with fewer windows than folds (scikit-learn warns; silenced
     here) fills the first folds only, so it stays on the train side."""
-    from sklearn.model_selection import StratifiedKFold  # here: scikit-learn slows start-up
+    from sklearn.model_selection import StratifiedKFold  # imported here: it slows every start-up
 
     n_test = n_test_folds(folds, test_fraction)
     idx = np.arange(len(y))

@@ -24,7 +24,7 @@ def local_kmeans_step(features: np.ndarray, init: np.ndarray | None, k: int, see
     """One Lloyd step (scikit-learn ``KMeans(max_iter=1, n_init=1)``) from ``init`` (the global
     prototypes) or, without them, from ``k`` random points; returns the centres and each
     feature's nearest centre. PCFedH's code runs ``faiss.Kmeans(niter=1)`` the same way."""
-    from sklearn.cluster import KMeans  # here: scikit-learn slows start-up
+    from sklearn.cluster import KMeans  # imported here: it slows every start-up
 
     km = KMeans(n_clusters=k, init=init if init is not None else "random", n_init=1, max_iter=1,
                 random_state=seed, algorithm="lloyd")

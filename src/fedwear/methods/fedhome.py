@@ -117,7 +117,7 @@ class FedHome(FedAvg):
         """userhome.py's ``generate_data``: body outputs of the train split, classes with at most
         ``min_class_samples`` samples dropped, the rest grouped by class in order of first
         appearance and balanced by SMOTE (original samples first, then the synthetic ones)."""
-        from imblearn.over_sampling import SMOTE  # here: scikit-learn slows start-up
+        from imblearn.over_sampling import SMOTE  # imported here: it slows every start-up
 
         x, y = tensors(data)
         with torch.no_grad():
