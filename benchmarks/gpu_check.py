@@ -94,9 +94,9 @@ def most_clients_together(limit: int = 4096, budget_s: float = 90.0) -> tuple[in
 def run_gpu_tests(out: Path) -> str:
     log = out / "gpu_tests.log"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider"]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    log.write_text(done.stdout + done.stderr)
-    tail = [line for line in done.stdout.splitlines() if line.strip()][-1:] or ["(no output)"]
+    with log.open("w") as sink:  # streamed, so a check stopped at its time limit still leaves the log
+        done = subprocess.run(cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    tail = [line for line in log.read_text().splitlines() if line.strip()][-1:] or ["(no output)"]
     return f"`{' '.join(cmd[2:])}`: {tail[0]} (exit {done.returncode}; log in gpu_tests.log)"
 
 
@@ -109,47 +109,57 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if CUDA else "none (torch sees no CUDA device: a dry run, CPU rows only)"
-    lines = [f"# GPU check, {datetime.date.today()}", "",
-             f"Produced by `python benchmarks/gpu_check.py` (fedwear {fedwear.__version__}, torch {torch.__version__}, "
-             f"Python {platform.python_version()}). GPU: {device}; CPU: {os.cpu_count()} cores.", ""]
-    print("\n".join(lines), flush=True)
+    lines: list[str] = []
+    header = [f"# GPU check, {datetime.date.today()}", "",
+              f"Produced by `python benchmarks/gpu_check.py` (fedwear {fedwear.__version__}, torch {torch.__version__}, "
+              f"Python {platform.python_version()}). GPU: {device}; CPU: {os.cpu_count()} cores.", ""]
+    report = out / "gpu_check.md"
+
+    def emit(*new: str) -> None:
+        """Print ``new`` and rewrite the report, so a check stopped early keeps what it measured."""
+        lines.extend(new)
+        print("\n".join(new), flush=True)
+        report.write_text("\n".join(lines) + "\n")
+
+    emit(*header)
     if CUDA:
-        lines += ["## The gpu tests", "", run_gpu_tests(out), ""]
-        print(lines[-2], flush=True)
+        emit("## The gpu tests", "", run_gpu_tests(out), "")
     usc, usc_note = data_root(args.data, "usc_had")
     hapt, hapt_note = data_root(args.data, "uci_hapt")
     rows = [("ProtoHAR-protocol FedAvg", "configs/protohar/usc_had.yaml", usc, usc_note, {"method": "fedavg"}),
             ("ProtoHAR", "configs/protohar/usc_had.yaml", usc, usc_note, {}),
             ("FedAli, UCI HAPT", "configs/fedali/uci_hapt.yaml", hapt, hapt_note, {})]
-    lines += ["## Seconds per training round", "",
-              f"Median wall seconds of rounds 2-{args.rounds - 1} of a {args.rounds}-round run (round 1 warms up, "
-              f"the last evaluates), from each run's timing.csv; threads: the config's.", "",
-              "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cpu |", "|---|---|---:|---:|---:|---:|"]
+    emit("## Seconds per training round", "",
+         f"Median wall seconds of rounds 2-{args.rounds - 1} of a {args.rounds}-round run (round 1 warms up, "
+         f"the last evaluates), from each run's timing.csv; threads: the config's.", "",
+         "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cpu |", "|---|---|---:|---:|---:|---:|")
+
+    def timed(config: str, root: Path, **sets) -> str | float:
+        try:
+            return round_seconds(config, root, args.rounds, **sets)
+        except Exception as err:  # one failing cell must not cost the rest of a one-shot check
+            return f"failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
+
+    def fmt(v: str | float | None) -> str:
+        return "-" if v is None else v if isinstance(v, str) else f"{v:.3f}"
+
     for name, config, root, note, sets in rows:
-        cpu = round_seconds(config, root, args.rounds, device="cpu", **sets) if "FedAli" not in name else None
-        sim = round_seconds(config, root, args.rounds, device="cuda", **sets) if CUDA else None
-        bat = round_seconds(config, root, args.rounds, device="cuda", engine="batched", **sets) if CUDA else None
-
-        def fmt(v: float | None) -> str:
-            return "-" if v is None else f"{v:.3f}"
-
-        ratio = f"{sim / bat:.2f}x" if sim and bat else "-"
-        lines.append(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(cpu)} |")
-        print(lines[-1], flush=True)
+        cpu = timed(config, root, device="cpu", **sets) if "FedAli" not in name else None
+        sim = timed(config, root, device="cuda", **sets) if CUDA else None
+        bat = timed(config, root, device="cuda", engine="batched", **sets) if CUDA else None
+        ratio = f"{sim / bat:.2f}x" if isinstance(sim, float) and isinstance(bat, float) else "-"
+        emit(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(cpu)} |")
     if CUDA:
         cmd = [sys.executable, "benchmarks/batched_crossover.py", "--device", "cuda"]
         table = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-        lines += ["", "## When training clients together pays on this GPU", "", f"`{' '.join(cmd[1:])}`:", "",
-                  table.stdout.strip() or table.stderr.strip()[-2000:]]
-        print("\n".join(lines[-3:]), flush=True)
+        emit("", "## When training clients together pays on this GPU", "", f"`{' '.join(cmd[1:])}`:", "",
+             table.stdout.strip() or table.stderr.strip()[-2000:])
         n, per = most_clients_together()
-        lines += ["", "## Clients trained together", "",
-                  f"Most clients trained together before the GPU's memory ran out (FedAvg's batched step, HARCNN on "
-                  f"512 x 6 windows, batch 32, doubling from 8, at most 4096 or 90 s): {n}, "
-                  f"{per * 1000:.2f} ms per client-epoch of 64 windows there."]
-        print(lines[-1], flush=True)
-    (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
-    print(f"\nwritten to {out / 'gpu_check.md'}")
+        emit("", "## Clients trained together", "",
+             f"Most clients trained together before the GPU's memory ran out (FedAvg's batched step, HARCNN on "
+             f"512 x 6 windows, batch 32, doubling from 8, at most 4096 or 90 s): {n}, "
+             f"{per * 1000:.2f} ms per client-epoch of 64 windows there.")
+    print(f"\nwritten to {report}")
     return 0
 
 

@@ -19,7 +19,7 @@ from fedwear.cli import app
 from fedwear.methods import METHODS
 from fedwear.methods.api import Method, Task
 from tests.helpers import PHASES, config_for
-from tests.test_batched import assert_fit_together_equals_fit
+from tests.test_batched import PERSIST, assert_fit_together_equals_fit
 
 CUDA = torch.cuda.is_available()
 #: cuda against cpu after 2 rounds (fp32, no TF32): train losses to this relative difference,
@@ -63,16 +63,30 @@ def test_auto_picks_cuda_for_every_method_on_a_gpu_machine(monkeypatch, method):
     assert Method.device.fget(stand_in) == "cuda"
 
 
+def assert_runs_agree(a: fedwear.api.Result, b: fedwear.api.Result) -> None:
+    """Two runs of one config on different devices or engines: the same metric rows, train losses
+    to ``LOSS_RTOL``, metrics within ``assert_close``'s tolerances."""
+    (a_metrics, a_rounds), (b_metrics, b_rounds) = numbers(a), numbers(b)
+    keys = ["round", "client", "view", "split", "n"]
+    assert a_metrics[keys].equals(b_metrics[keys])
+    np.testing.assert_allclose(a_rounds["train_loss"], b_rounds["train_loss"], rtol=LOSS_RTOL, equal_nan=True)
+    assert_close(a_metrics, b_metrics)
+
+
+def test_the_gpu_comparison_runs_here(tmp_path):
+    """The gpu tests' comparison, exercised without a GPU (cpu against cpu), so it cannot rot
+    unseen between GPU checks; it fails when the runs differ."""
+    base = two_rounds("fedavg", tmp_path / "a")
+    assert_runs_agree(base, two_rounds("fedavg", tmp_path / "b"))
+    with pytest.raises(AssertionError):
+        assert_runs_agree(base, two_rounds("fedavg", tmp_path / "c", **{"optimizer.lr": 0.5}))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="torch sees no CUDA device")
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_two_rounds_on_cuda_agree_with_the_cpu(tmp_path, method):
-    gpu_metrics, gpu_rounds = numbers(two_rounds(method, tmp_path / "cuda", device="cuda"))
-    cpu_metrics, cpu_rounds = numbers(two_rounds(method, tmp_path / "cpu"))
-    keys = ["round", "client", "view", "split", "n"]
-    assert gpu_metrics[keys].equals(cpu_metrics[keys])
-    np.testing.assert_allclose(gpu_rounds["loss"], cpu_rounds["loss"], rtol=LOSS_RTOL, equal_nan=True)
-    assert_close(gpu_metrics, cpu_metrics)
+    assert_runs_agree(two_rounds(method, tmp_path / "cuda", device="cuda"), two_rounds(method, tmp_path / "cpu"))
 
 
 @pytest.mark.gpu
@@ -80,10 +94,8 @@ def test_two_rounds_on_cuda_agree_with_the_cpu(tmp_path, method):
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_batched_on_cuda_equals_sim_on_cuda(tmp_path, method):
     """Clients trained together give each client's numbers up to float rounding."""
-    batched, batched_rounds = numbers(two_rounds(method, tmp_path / "batched", device="cuda", engine="batched"))
-    sim, sim_rounds = numbers(two_rounds(method, tmp_path / "sim", device="cuda"))
-    np.testing.assert_allclose(batched_rounds["loss"], sim_rounds["loss"], rtol=LOSS_RTOL, equal_nan=True)
-    assert_close(batched, sim)
+    assert_runs_agree(two_rounds(method, tmp_path / "batched", device="cuda", engine="batched"),
+                      two_rounds(method, tmp_path / "sim", device="cuda"))
 
 
 @pytest.mark.gpu
@@ -93,4 +105,5 @@ def test_clients_trained_together_on_cuda_equal_fit_on_cuda(tmp_path, monkeypatc
     """The vectorised step of every method that has one, checked against its ``fit`` every round
     on cuda (as ``tests/test_batched.py::test_fit_together_equals_fit`` on the CPU; cuda's kernels round
     differently for stacked inputs, hence the looser tolerance)."""
-    assert_fit_together_equals_fit(tmp_path, monkeypatch, method, {"device": "cuda"}, config_for, atol=1e-5)
+    # PERSIST: momentum kept across rounds, so a round mixes clients with and without kept buffers
+    assert_fit_together_equals_fit(tmp_path, monkeypatch, method, {"device": "cuda", **PERSIST}, config_for, atol=1e-5)

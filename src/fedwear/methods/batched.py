@@ -222,17 +222,19 @@ def train_together(
         last = in_last.any(1).tolist()
         in_last = in_last.to(device)
     index, mask, keys = index.to(device), mask.to(device), keys.to(device)
-    w = {n: torch.stack([j.weights[n] for j in jobs]).float().to(device) for n in names}
+    # Each job's tensors may sit on the host (from a client's state) or on the device (FedRep's
+    # body step starts from its head step's results), so each goes to the device before stacking.
+    w = {n: torch.stack([j.weights[n].to(device) for j in jobs]).float() for n in names}
     anchor = dict(w)  # the starting weights (``w``'s entries are replaced, never changed in place)
     fresh = torch.tensor([j.momentum is None for j in jobs], device=device)
-    buf = {n: torch.stack([torch.zeros_like(j.weights[n]) if j.momentum is None else j.momentum[n]
-                           for j in jobs]).to(device) for n in trained}
+    buf = {n: torch.stack([(torch.zeros_like(j.weights[n]) if j.momentum is None else j.momentum[n]).to(device)
+                           for j in jobs]) for n in trained}
     corrected = any(j.correction is not None for j in jobs)
     if corrected:
         correction = {n: torch.stack([(j.correction or {}).get(n, torch.zeros_like(j.weights[n])).to(device)
                                       for j in jobs]) for n in trained}
     positive, negative = (  # the references' weights, stacked as ``w``
-        tuple({n: torch.stack([j.references[r][n] for j in jobs]).float().to(device) for n in names} for r in (0, 1))
+        tuple({n: torch.stack([j.references[r][n].to(device) for j in jobs]).float() for n in names} for r in (0, 1))
         if contrast is not None else ({}, {}))
     model.train()
 
