@@ -65,3 +65,26 @@ def test_auto_keeps_a_cpu_only_method_on_the_cpu_of_a_gpu_machine(monkeypatch, c
         stand_in = SimpleNamespace(task=Task(tiny_config(method=method, device="auto"), 32, 3, 3, 6),
                                    devices=METHODS[method].devices)
         assert Method.device.fget(stand_in) == device, method
+
+
+def test_deterministic_setting_is_applied_and_undone():
+    from fedwear.engines.process import set_precision
+
+    try:
+        set_precision("fp32", True)
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        set_precision("fp32", False)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_default_setting_does_not_load_the_compiler_stack():
+    """``deterministic: false`` (the default) leaves torch's flag alone: setting it imports
+    inductor, dynamo and sympy: seconds of start-up for processes that do not train."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from fedwear.engines.process import set_precision; set_precision('fp32', False); "
+             "print(sorted(m for m in ('torch._inductor', 'torch._dynamo', 'sympy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

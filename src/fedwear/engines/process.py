@@ -81,7 +81,11 @@ def set_precision(precision: str, deterministic: bool) -> None:
     set_autocast(torch.bfloat16 if precision == "bf16" else None)
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(deterministic)
+    if deterministic != torch.are_deterministic_algorithms_enabled():
+        # only on a change: the call imports torch's compiler stack (inductor, dynamo, sympy), 1.5-2.5
+        # CPU-s, to set a flag that is off by default. Processes that only evaluate or report skip
+        # that; training pays it anyway at its first optimiser (torch.optim imports dynamo).
+        torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.benchmark = False
 
 
