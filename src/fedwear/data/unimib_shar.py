@@ -30,7 +30,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import scipy.io as sio
 
 from fedwear.data.config import DatasetConfig
 from fedwear.data.preprocess import check_finite, read_failed, read_stream, require_root
@@ -75,6 +74,8 @@ def data_files(root: Path) -> list[Path]:
 
 
 def _variable(path: Path, key: str) -> np.ndarray:
+    import scipy.io as sio  # imported here: it slows every start-up
+
     try:
         mat = sio.loadmat(read_stream(path), variable_names=[key])
     except Exception as exc:

@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import scipy.io as sio
 
 from fedwear.data.config import DatasetConfig
 from fedwear.data.preprocess import (
@@ -66,6 +65,8 @@ def data_files(root: Path) -> list[Path]:
 
 def read_file(path: Path) -> np.ndarray:
     """``sensor_readings`` of one file as float32 ``[N, 6]``; DataError naming the file if bad."""
+    import scipy.io as sio  # imported here: it slows every start-up
+
     try:
         mat = sio.loadmat(read_stream(path), variable_names=["sensor_readings"])
     except Exception as exc:  # scipy raises many types for corrupt files

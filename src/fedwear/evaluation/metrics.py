@@ -14,7 +14,6 @@ call, which is most of an evaluation round with many small clients (200 clients:
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 
 def classification_metrics(y: np.ndarray, logits: np.ndarray, auc: str = "macro_ovr") -> dict[str, float]:
@@ -76,6 +75,8 @@ def per_class_f1(counts: np.ndarray) -> np.ndarray:
 def binary_auc(positive: np.ndarray, score: np.ndarray) -> float:
     """ROC AUC of one binary problem as the Mann-Whitney statistic with mid-ranks for ties,
     which is the area sklearn's ``roc_auc_score`` integrates. Needs both classes present."""
+    from scipy.stats import rankdata  # imported here: it slows every start-up
+
     n_pos = int(positive.sum())
     n_neg = len(positive) - n_pos
     ranks = rankdata(score)

@@ -90,7 +90,6 @@ from typing import Literal
 import numpy as np
 import torch
 from pydantic import Field
-from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 from torch import nn
 
@@ -182,6 +181,8 @@ def simplex_qp(matrix: np.ndarray) -> np.ndarray | None:
         return None
     if scale == 0.0:
         return start
+    from scipy.optimize import minimize  # imported here: it slows every start-up
+
     q = matrix / scale
     res = minimize(
         lambda a: float(a @ q @ a), start, jac=lambda a: 2.0 * (q @ a), method="SLSQP",
