@@ -6,7 +6,7 @@ repository). Without it, tests that need it are skipped with the reason, except 
 ``hapt_root`` is UCI HAPT from there, or else the subset bundled with fedwear, so the UCI HAPT
 tests run everywhere. ``one_thread`` runs a test on one torch thread, as ``fedwear.run`` does
 with ``threads: 1``, for tests that call a method's hooks directly. Tests marked ``ray`` run one
-at a time, whatever pytest-xdist does with them.
+at a time, whatever pytest-xdist does with them, and under pytest-xdist on one worker.
 """
 
 from __future__ import annotations
@@ -58,6 +58,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """Tests marked ``ray`` go to one pytest-xdist worker (``--dist loadgroup``, in pyproject's
+    addopts), so no worker sits waiting for the lock below while others run Ray."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 #: Held by the test running Ray, across pytest-xdist workers (and concurrent pytest runs): on 2
