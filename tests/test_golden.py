@@ -28,13 +28,15 @@ GOLDEN = Path(__file__).with_name("golden.json")
 WRITE = os.environ.get("FEDWEAR_WRITE_GOLDEN") == "1"
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 #: Packaged configs whose first 2 rounds cost minutes (PCFedH's clustering rounds, FedAli's and
-#: Meta-HAR's full-size models): their rounds and clients are cut, everything else is as packaged.
+#: Meta-HAR's full-size models, ProtoHAR's 5 epochs of HARCNN): their epochs and clients are cut,
+#: everything else is as packaged.
 CUT = {
     "pcfedh": {"method_options.pcfedh.encoder_epochs": 1, "method_options.pcfedh.encoder_batch": 64,
                "method_options.pcfedh.pcl_rounds": 1, "dataset.max_clients": 4},  # round 2: categorisation
     "fedali": {"dataset.max_clients": 4, "clients_per_round": 2, "local_epochs": 1},
     "metahar": {"dataset.max_clients": 4, "method_options.metahar.finetune_epochs": 1},
     "fedmat": {"dataset.max_clients": 4},
+    "protohar": {"local_epochs": 1},
 }
 #: Dataset name -> its folder under the shared data, where they differ.
 FOLDER = {"stress_predict_hr": "stress_predict"}
