@@ -110,9 +110,6 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if CUDA else "none (torch sees no CUDA device: a dry run, CPU rows only)"
     lines: list[str] = []
-    header = [f"# GPU check, {datetime.date.today()}", "",
-              f"Produced by `python benchmarks/gpu_check.py` (fedwear {fedwear.__version__}, torch {torch.__version__}, "
-              f"Python {platform.python_version()}). GPU: {device}; CPU: {os.cpu_count()} cores.", ""]
     report = out / "gpu_check.md"
 
     def emit(*new: str) -> None:
@@ -121,7 +118,9 @@ def main() -> int:
         print("\n".join(new), flush=True)
         report.write_text("\n".join(lines) + "\n")
 
-    emit(*header)
+    emit(f"# GPU check, {datetime.date.today()}", "",
+         f"Produced by `python benchmarks/gpu_check.py` (fedwear {fedwear.__version__}, torch {torch.__version__}, "
+         f"Python {platform.python_version()}). GPU: {device}; CPU: {os.cpu_count()} cores.", "")
     if CUDA:
         emit("## The gpu tests", "", run_gpu_tests(out), "")
     usc, usc_note = data_root(args.data, "usc_had")
