@@ -38,7 +38,9 @@ def free_port() -> int:
 
 
 def ray_env(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(tmp)}
+    # Ray starts its workers at nice 15 unless told otherwise: the pytest worker beside them
+    # would then starve the runs under test (the same setting as fedwear's own flower-sim instance)
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(tmp), "RAY_worker_niceness": "0"}
 
 
 @pytest.fixture
