@@ -80,3 +80,28 @@ def test_the_progress_bar_shows_the_round_time(tmp_path: Path, capsys: pytest.Ca
     fedwear.run(tiny_config(rounds=2, **{"evaluation.views": "[global]"}), tmp_path / "r", quiet=False)
     out = capsys.readouterr()
     assert "s/round" in out.out + out.err
+
+
+def plain_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("fedavg on synthetic: round ")]
+
+
+def test_without_a_terminal_progress_is_plain_lines_on_stderr(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Output to a file (pytest's capture here, ``nohup`` for a user): no bar drawn once at the
+    end and cut to 80 columns, but whole lines, for the first and the last round and, when they
+    are far enough apart, the rounds and clients in between."""
+    from fedwear.callbacks import Progress
+
+    monkeypatch.setattr(Progress, "PLAIN_EVERY_S", 1e9)
+    fedwear.run(tiny_config(rounds=4), tmp_path / "a", quiet=False)
+    out = capsys.readouterr()
+    lines = plain_lines(out.err)
+    assert [line.split(",")[0] for line in lines] == ["fedavg on synthetic: round 1/4", "fedavg on synthetic: round 4/4"]
+    assert all(" elapsed, eta " in line and "s/round | pers. acc" in line for line in lines), lines
+    assert "eta 0:00:00" in lines[-1] and "…" not in out.err and out.out == ""
+
+    monkeypatch.setattr(Progress, "PLAIN_EVERY_S", 0.0)
+    fedwear.run(tiny_config(rounds=4), tmp_path / "b", quiet=False)
+    lines = plain_lines(capsys.readouterr().err)
+    assert [line.split(",")[0] for line in lines if "/4" in line] == [f"fedavg on synthetic: round {r}/4" for r in (1, 2, 3, 4)]
+    assert "fedavg on synthetic: round 2: 3 of 3 clients done" in lines

@@ -10,8 +10,10 @@ import csv
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Iterable
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -383,15 +385,28 @@ class Pause(Callback):
 
 
 class Progress(Callback):
-    """A rich progress bar: round, elapsed, ETA, the last round's time and the last personalized
-    (or global) headline metric (accuracy, or MSE for regression); below it a bar over the
-    clients of the round under way and the current client's optimiser steps, for rounds that take
-    minutes (PCFedH's clustering rounds)."""
+    """Where the run stands: round, elapsed, ETA, the last round's time and the last personalized
+    (or global) headline metric (accuracy, or MSE for regression), and within a round the clients
+    done and the current client's optimiser steps, for rounds that take minutes (PCFedH's
+    clustering rounds).
+
+    On a terminal (or in Jupyter) a rich progress bar. Elsewhere (output to a file, ``nohup``),
+    where a bar could only be drawn once, at the end and cut to 80 columns, the same fields as
+    plain lines on stderr: at the end of the first and the last round and of any round at least
+    :attr:`PLAIN_EVERY_S` after the previous line, and within a round that long, how far it got."""
+
+    #: Without a terminal, a line at most this often (seconds), but for the first and last rounds;
+    #: its ETA is the pace of the rounds this process ran.
+    PLAIN_EVERY_S = 60.0
+    #: The bar's ETA is the pace over this window (seconds): with rich's default of 30 s, a run whose
+    #: rounds take longer than that never had one.
+    PACE_WINDOW_S = 3600.0
 
     def __init__(self, label: str) -> None:
         self.label = label
 
     def on_start(self, runner: Runner) -> None:
+        from rich import get_console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -401,9 +416,12 @@ class Progress(Callback):
             TimeRemainingColumn,
         )
 
+        console = get_console()
+        self.plain = not (console.is_terminal or console.is_jupyter)
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[acc]}"), transient=False,
+            speed_estimate_period=self.PACE_WINDOW_S, disable=self.plain,  # disabled: tasks kept, nothing drawn
         )
         self.bar.start()
         self.task = self.bar.add_task(self.label, total=runner.cfg.rounds, completed=runner.start_round - 1,
@@ -411,6 +429,34 @@ class Progress(Callback):
         self.clients = self.bar.add_task("", total=1, visible=False, acc="")
         self.headline = ""  # the last evaluated round's metric, kept between rounds
         self.clock = PhaseClock(runner.method.phases(runner.cfg.rounds))
+        self.first_round, self.line_round, self.line_at = runner.start_round, None, time.perf_counter()
+
+    def _tasks(self) -> tuple:
+        """rich's Task of the rounds and of the round's clients."""
+        tasks = {t.id: t for t in self.bar.tasks}
+        return tasks[self.task], tasks[self.clients]
+
+    def _line(self, text: str) -> None:
+        print(f"{self._tasks()[0].description}: {text}", file=sys.stderr, flush=True)
+        self.line_at = time.perf_counter()
+
+    def _line_due(self) -> bool:
+        return self.plain and time.perf_counter() - self.line_at >= self.PLAIN_EVERY_S
+
+    def _rounds_line(self) -> None:
+        rounds, _ = self._tasks()
+        elapsed, done = rounds.elapsed or 0.0, rounds.completed - (self.first_round - 1)
+        eta = timedelta(seconds=round(elapsed / done * (rounds.total - rounds.completed))) if done > 0 else "?"
+        acc = rounds.fields["acc"]
+        self._line(f"round {rounds.completed:.0f}/{rounds.total:.0f}, {timedelta(seconds=round(elapsed))} elapsed, "
+                   f"eta {eta}" + (f", {acc}" if acc else ""))
+        self.line_round = rounds.completed
+
+    def _clients_line(self) -> None:
+        _, clients = self._tasks()
+        acc = clients.fields["acc"]
+        self._line(f"round {self.clock.round}: {clients.completed:.0f} of {clients.total:.0f} clients done"
+                   + (f", {acc}" if acc else ""))
 
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
         self.clock.round_start(round, clients)
@@ -438,10 +484,14 @@ class Progress(Callback):
         self.clock.step_taken(step, planned)
         left = self._left()
         self.bar.update(self.clients, acc=f"{client}: step {step}/{planned}" + (f" | {left}" if left else ""))
+        if self._line_due():
+            self._clients_line()
 
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
         self.clock.reply()
         self.bar.update(self.clients, advance=1, acc=self._left())
+        if self._line_due():
+            self._clients_line()
 
     def on_round(self, runner: Runner, info: RoundInfo) -> None:
         acc = self.headline
@@ -457,6 +507,10 @@ class Progress(Callback):
         last = f"{info.wall_s:.1f} s/round"
         self.bar.update(self.task, completed=max(info.round, 0), acc=f"{last} | {acc}" if acc else last)
         self.bar.update(self.clients, visible=False)
+        if self.plain and info.round >= 1 and (info.round in (self.first_round, runner.cfg.rounds) or self._line_due()):
+            self._rounds_line()
 
     def on_end(self, runner: Runner) -> None:
         self.bar.stop()
+        if self.plain and not runner.failed and self._tasks()[0].completed not in (self.line_round, self.first_round - 1):
+            self._rounds_line()  # where an interrupted or early-stopped run ended (a failed one: its error alone)
