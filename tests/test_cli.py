@@ -190,8 +190,10 @@ def test_compare_reuses_finished_runs_and_resumes_unfinished_ones(cfg_file, tmp_
 def test_compare_in_parallel_equals_serial(cfg_file, tmp_path):
     base = ["compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
     assert fedwear(*base, "--out", str(tmp_path / "serial")).returncode == 0
-    res = fedwear(*base, "--out", str(tmp_path / "par"), "--jobs", "2")
+    res = fedwear(*base[:-1], "--out", str(tmp_path / "par"), "--jobs", "2")  # with the workers' progress
     assert res.returncode == 0, res.stderr
+    for run in ("fedavg-s0", "fedavg-s1", "local-s0", "local-s1"):  # plain lines, named by run folder
+        assert f"\n{run}: {run.split('-')[0]} on synthetic: round 3/3, " in res.stderr, res.stderr
     status = [tuple(map(int, m)) for m in re.findall(r"\[(\d)/4 done, (\d) running, (\d) queued\]", res.stderr)]
     assert [s[0] for s in status] == [1, 2, 3, 4] and all(sum(s) == 4 and s[1] <= 2 for s in status), res.stderr
     assert status[-1] == (4, 0, 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -391,8 +392,8 @@ class Progress(Callback):
     clustering rounds).
 
     On a terminal (or in Jupyter) a rich progress bar. Elsewhere (output to a file, ``nohup``),
-    where a bar could only be drawn once, at the end and cut to 80 columns, the same fields as
-    plain lines on stderr: at the end of the first and the last round and of any round at least
+    where a bar could only be drawn once, at the end and cut to 80 columns, and in a grid's worker
+    process (``--jobs N``: the runs share one stream), the same fields as plain lines on stderr: at the end of the first and the last round and of any round at least
     :attr:`PLAIN_EVERY_S` after the previous line, and within a round that long, how far it got."""
 
     #: Without a terminal, a line at most this often (seconds), but for the first and last rounds;
@@ -417,7 +418,7 @@ class Progress(Callback):
         )
 
         console = get_console()
-        self.plain = not (console.is_terminal or console.is_jupyter)
+        self.plain = multiprocessing.parent_process() is not None or not (console.is_terminal or console.is_jupyter)
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[acc]}"), transient=False,

@@ -94,7 +94,7 @@ def run_grid(runs: list[Planned], jobs: int = 1, overwrite: bool = False, quiet:
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1,
                                initializer=end_with_parent, initargs=(os.getpid(),))
     try:
-        futures = {pool.submit(run_one, cfg, where, overwrite, True, until, jobs): where for _, cfg, where in runs}
+        futures = {pool.submit(run_one, cfg, where, overwrite, quiet, until, jobs): where for _, cfg, where in runs}
         for k, future in enumerate(as_completed(futures), 1):
             out[futures[future]] = future.result()
             if on_done:
