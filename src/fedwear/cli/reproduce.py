@@ -107,7 +107,7 @@ def reproduce(
                 write_results(exp, runs, target, command, folder, at_round)
 
             slurm_options = executor_options(executor, slurm)
-            run_grid(todo, jobs, overwrite, quiet=quiet or jobs > 1 or executor != "local", on_done=progress,
+            run_grid(todo, jobs, overwrite, quiet=quiet or executor != "local", on_done=progress,
                      until=until, executor=executor, address=ray_address, slurm=slurm_options)
         typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
