@@ -393,8 +393,9 @@ class Progress(Callback):
 
     On a terminal (or in Jupyter) a rich progress bar. Elsewhere (output to a file, ``nohup``),
     where a bar could only be drawn once, at the end and cut to 80 columns, and in a grid's worker
-    process (``--jobs N``: the runs share one stream), the same fields as plain lines on stderr: at the end of the first and the last round and of any round at least
-    :attr:`PLAIN_EVERY_S` after the previous line, and within a round that long, how far it got."""
+    process (``--jobs N``: the runs share one stream), the same fields as plain lines on stderr:
+    at the end of the first and the last round and of any round at least :attr:`PLAIN_EVERY_S`
+    after the previous line, and within a round that long, how far it got."""
 
     #: Without a terminal, a line at most this often (seconds), but for the first and last rounds;
     #: its ETA is the pace of the rounds this process ran.
