@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
-import multiprocessing
 import os
 import re
 from collections.abc import Iterator
@@ -195,9 +194,7 @@ def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callb
         ev = cfg.evaluation
         cbs.insert(0, EarlyStopping(ev.best_metric, ev.patience, ev.best_statistic, ev.client_weights))
     if not quiet:
-        label = f"{cfg.method} on {cfg.dataset.name}"
-        # a grid's worker: its runs' lines share one stream, the run folder tells them apart
-        cbs.append(Progress(f"{out.name}: {label}" if multiprocessing.parent_process() else label))
+        cbs.append(Progress(f"{cfg.method} on {cfg.dataset.name}", folder=out.name))
     return cbs
 
 

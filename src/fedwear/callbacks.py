@@ -404,8 +404,10 @@ class Progress(Callback):
     #: rounds take longer than that never had one.
     PACE_WINDOW_S = 3600.0
 
-    def __init__(self, label: str) -> None:
-        self.label = label
+    def __init__(self, label: str, folder: str = "") -> None:
+        # a grid's worker: its runs' lines share one stream, the run folder tells them apart
+        self.worker = multiprocessing.parent_process() is not None
+        self.label = f"{folder}: {label}" if self.worker and folder else label
 
     def on_start(self, runner: Runner) -> None:
         from rich import get_console
@@ -419,7 +421,7 @@ class Progress(Callback):
         )
 
         console = get_console()
-        self.plain = multiprocessing.parent_process() is not None or not (console.is_terminal or console.is_jupyter)
+        self.plain = self.worker or not (console.is_terminal or console.is_jupyter)
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[acc]}"), transient=False,
