@@ -224,3 +224,39 @@ def test_flower_serve_refuses_a_folder_holding_a_run(cfg_file, tmp_path):
     res = fedwear("flower", "serve", str(cfg_file), "--out", str(out), "--nodes", "1", "--insecure",
                   "--superlink", "127.0.0.1:9")
     assert_one_line_error(res, "already holds a run", "--overwrite")
+
+
+def _commands(group, path=()):
+    """Every leaf command of the CLI with its path, e.g. (("data", "list"), <command>)."""
+    import click
+
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+        else:
+            yield (*path, name), cmd
+
+
+def test_help_reads_in_an_80_column_terminal():
+    """`fedwear --help` groups the commands, run first; each command's help is whole paragraphs
+    (no source line breaks to wrap raggedly), and an off-by-default switch is one flag
+    (`--quiet`, not `--quiet / --no-quiet`, which halved the description column)."""
+    import click
+    import typer.main
+    from typer.testing import CliRunner
+
+    from fedwear.cli import app
+
+    listing = CliRunner().invoke(app, ["--help"], terminal_width=80).output
+    panels = re.findall(r"╭─ (.+?) ─", listing)
+    assert panels == ["Options", "Experiments", "Data, methods and configs", "Deployment"], listing
+    listed = re.findall(r"^│ ([a-z][a-z-]*) ", listing, re.M)
+    assert listed[:3] == ["run", "compare", "reproduce"], listed
+    group = typer.main.get_command(app)
+    assert set(listed) == set(group.commands), listed
+    for path, cmd in _commands(group):
+        for paragraph in (cmd.help or "").split("\n\n"):
+            assert "\n" not in paragraph, (path, paragraph)
+        for param in cmd.params:
+            if isinstance(param, click.Option) and param.is_flag and param.default is False:
+                assert not param.secondary_opts, (path, param.opts, param.secondary_opts)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fedwear.cli.common import (
+    PARALLEL,
     ExecutorOpt,
     RayAddressOpt,
     SetOpt,
@@ -21,6 +22,7 @@ from fedwear.cli.common import (
     interrupted,
     name_list,
     parse_seeds,
+    reflow_help,
 )
 from fedwear.cli.data import data_app
 from fedwear.cli.flower import flower_app
@@ -34,28 +36,21 @@ if TYPE_CHECKING:
     from fedwear.compare import GridStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
-app.add_typer(data_app, name="data")
-app.add_typer(flower_app, name="flower")
-app.command("report")(report)
-app.command("config-reference")(config_reference)
-app.command("reproduce")(reproduce)
-app.command("tune")(tune)
 
 
 OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]
-ResumeOpt = Annotated[bool, typer.Option(help="continue the run directory's run from its last checkpoint (a finished run is reused)")]
-OverwriteOpt = Annotated[bool, typer.Option(help="replace the run already in the run directory")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue the run directory's run from its last checkpoint (a finished run is reused)")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="replace the run already in the run directory")]
 FAILED_ROUNDS_EXIT = 3
 
 
-@app.command()
 def run(
     config: Path,
     set_: SetOpt = None,
     out: OutOpt = None,
     resume: ResumeOpt = False,
     overwrite: OverwriteOpt = False,
-    quiet: Annotated[bool, typer.Option(help="no progress bar (CI, scripts)")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar (CI, scripts)")] = False,
 ) -> None:
     """Run one experiment from a YAML config."""
     from fedwear.api import run as run_api
@@ -86,7 +81,6 @@ def _exit_on_failed_rounds(summaries: dict[str, dict]) -> None:
         raise typer.Exit(FAILED_ROUNDS_EXIT)
 
 
-@app.command()
 def compare(
     config: Path,
     methods: Annotated[str, typer.Option(help="comma-separated methods, e.g. fedavg,fedprox,local")],
@@ -94,9 +88,10 @@ def compare(
     set_: SetOpt = None,
     out: Annotated[Path | None, typer.Option(help="folder for the runs and the table")] = None,
     select: Annotated[str, typer.Option(help="final or best")] = "final",
-    jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (processes); threads are split between them")] = 1,
-    overwrite: Annotated[bool, typer.Option(help="redo every run (default: reuse finished runs, resume unfinished ones)")] = False,
-    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    jobs: Annotated[int, typer.Option(
+        min=1, metavar="N", help="runs in parallel (processes); threads are split between them", rich_help_panel=PARALLEL)] = 1,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="redo every run (default: reuse finished runs, resume unfinished ones)")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     slurm: SlurmOpt = None,
@@ -160,14 +155,16 @@ def compare(
     _exit_on_failed_rounds({str(where): s for where, s in done.items()})
 
 
-@app.command()
 def upgrade(
     folders: Annotated[list[Path], typer.Argument(help="run folders (a folder of run folders: each of them)")],
-    trust_pickles: Annotated[bool, typer.Option(help="convert old pickle checkpoints (read with a loader that only "
+    trust_pickles: Annotated[bool, typer.Option("--trust-pickles", help="convert old pickle checkpoints (read with a loader that only "
                                                      "admits arrays and fedwear's records); only for folders you trust")] = False,
 ) -> None:
-    """Adopt run folders written by an older fedwear: mark them as run folders (so --resume,
-    --overwrite and compare accept them) and, with --trust-pickles, convert their checkpoints."""
+    """Adopt run folders written by an older fedwear.
+
+    Marks them as run folders, so that --resume, --overwrite and compare accept them. With
+    the option --trust-pickles, also converts their pickle checkpoints.
+    """
     from fedwear.upgrade import run_folders, upgrade_folder
 
     try:
@@ -181,7 +178,6 @@ def _announce(status: GridStatus, where: Path) -> None:
     typer.echo(f"[{status}] {where} done", err=True)
 
 
-@app.command("methods")
 def methods_cmd() -> None:
     """Methods with one-line descriptions and their options."""
     from fedwear.methods import METHODS
@@ -193,6 +189,19 @@ def methods_cmd() -> None:
         typer.echo(f"{name:12s} {cls.summary} [{'; '.join(marks)}]")
         for opt, field in cls.Options.model_fields.items():
             typer.echo(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}")
+
+
+# `fedwear --help` lists the commands in these groups, in this order.
+EXPERIMENTS, SETUP = "Experiments", "Data, methods and configs"
+for name, command, panel in (
+    ("run", run, EXPERIMENTS), ("compare", compare, EXPERIMENTS), ("reproduce", reproduce, EXPERIMENTS),
+    ("tune", tune, EXPERIMENTS), ("report", report, EXPERIMENTS),
+    ("methods", methods_cmd, SETUP), ("config-reference", config_reference, SETUP), ("upgrade", upgrade, SETUP),
+):
+    app.command(name, rich_help_panel=panel)(command)
+app.add_typer(data_app, name="data", rich_help_panel=SETUP)
+app.add_typer(flower_app, name="flower", rich_help_panel="Deployment")
+reflow_help(app)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import inspect
 import io
 import logging
 import os
@@ -16,7 +17,20 @@ import typer
 
 from fedwear.errors import NO_ACCESS, NO_SPACE, FedwearError
 
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config key: --set rounds=10")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="override a config key: --set rounds=10")]
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Give each command of ``app`` (and of its groups) its docstring with the paragraphs' line
+    breaks removed: typer's --help keeps the breaks after the first paragraph, which then wrap
+    raggedly in a terminal narrower than the source."""
+    for info in app.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            paragraphs = inspect.cleandoc(info.callback.__doc__).split("\n\n")
+            info.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)
 
 
 def fail(e: Exception | str) -> NoReturn:
@@ -139,14 +153,19 @@ def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
         typer.echo(f"interrupted: {grid}" + (f" ({saved})" if saved else ""), err=True)
     raise typer.Exit(130) from None
 
-ExecutorOpt = Annotated[str, typer.Option(help="local (this machine's processes, --jobs), ray (one task per run "
-                                                "on an existing Ray cluster: --ray-address or $RAY_ADDRESS) or "
-                                                "slurm (one Slurm job per run, from a login node: --slurm)")]
-RayAddressOpt = Annotated[str | None, typer.Option(help="--executor ray: the cluster's address (host:port, or auto: "
-                                                        "the one running here); default $RAY_ADDRESS, else auto")]
-SlurmOpt = Annotated[list[str] | None, typer.Option("--slurm", help="--executor slurm: an sbatch option as submitit "
-                                                                    "names it, e.g. --slurm partition=cpu --slurm "
-                                                                    "time=600 (minutes)")]
+#: Option groups of the longer commands' --help.
+PARALLEL, OUTPUT, CLAIMS = "Parallel runs", "Output", "Claims ledger"
+
+ExecutorOpt = Annotated[str, typer.Option(
+    help="local (this machine's processes, --jobs), ray (one task per run on an existing Ray cluster: "
+    "--ray-address or $RAY_ADDRESS) or slurm (one Slurm job per run, from a login node: --slurm)",
+    rich_help_panel=PARALLEL)]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    help="--executor ray: the cluster's address (host:port, or auto: the one running here); default "
+    "$RAY_ADDRESS, else auto", rich_help_panel=PARALLEL)]
+SlurmOpt = Annotated[list[str] | None, typer.Option(
+    "--slurm", metavar="KEY=VALUE", help="--executor slurm: an sbatch option as submitit names it, e.g. "
+    "--slurm partition=cpu --slurm time=600 (minutes)", rich_help_panel=PARALLEL)]
 
 
 def executor_options(executor: str, slurm: list[str] | None) -> dict[str, str]:

@@ -21,8 +21,10 @@ data_app = typer.Typer(
 def data_list(
     root: Annotated[Path | None, typer.Option(help="also show what this folder holds of each dataset (DIR/<name>)")] = None,
 ) -> None:
-    """Datasets fedwear can read, and which ship with a bundled subset; with --root, the status
-    of each under that folder (found, incomplete, empty, not found)."""
+    """Datasets fedwear can read, and which ship with a bundled subset.
+
+    With --root, the status of each under that folder (found, incomplete, empty, not found).
+    """
     from fedwear.data import DATASETS, dataset_status
     from fedwear.data.preprocess import bundled_summary
 
@@ -46,8 +48,10 @@ def data_info(
     root: Annotated[Path | None, typer.Option(help="folder with the dataset's files")] = None,
     schema: Annotated[Path | None, typer.Option(help="own data: the YAML schema (default ROOT/schema.yaml)")] = None,
 ) -> None:
-    """The dataset's card (subjects, classes, rates, licence, citation); with --root, also the
-    subjects, recordings, samples and label counts of that folder."""
+    """The dataset's card: subjects, classes, rates, licence, citation.
+
+    With --root, also the subjects, recordings, samples and label counts of that folder.
+    """
     from fedwear.data import card, dataset_info, dataset_module
     from fedwear.data.config import DatasetConfig
     from fedwear.data.preprocess import bundled_root
@@ -89,7 +93,7 @@ def data_download(
     name: str,
     root: Annotated[Path | None, typer.Option(help="folder to create (default: <user data dir>/fedwear/NAME)")] = None,
     url: Annotated[str | None, typer.Option(help="download from this URL instead (a mirror)")] = None,
-    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Download a dataset from its official source, check its SHA-256 values and unpack it."""
     from fedwear.data.download import RECORD, download, source
@@ -126,8 +130,10 @@ def data_verify(
     root: Annotated[Path, typer.Option(help="folder holding the dataset's files")],
     schema: Annotated[Path | None, typer.Option(help="own data: the YAML schema (default ROOT/schema.yaml)")] = None,
 ) -> None:
-    """Check a dataset folder: expected files present (X or X.gz), counts, per-file SHA-256 where
-    pinned; datasets without pinned hashes (and own data) are read file by file with the loader."""
+    """Check a dataset folder: its files (X or X.gz), counts and pinned SHA-256 values.
+
+    Datasets without pinned hashes (and own data) are read file by file with the loader.
+    """
     from fedwear.data import DATASETS, usc_had
     from fedwear.data.download import all_sources, source, verify
 

@@ -32,7 +32,7 @@ NodeKeyOpt = Annotated[Path | None, typer.Option(
 def flower_certs(
     folder: Path,
     host: Annotated[list[str] | None, typer.Option(help="host names/IPs of the SuperLink")] = None,
-    nodes: Annotated[int, typer.Option(min=0, help="also make N SuperNode key pairs in FOLDER/nodes (node1..nodeN)")] = 0,
+    nodes: Annotated[int, typer.Option(min=0, metavar="N", help="also make N SuperNode key pairs in FOLDER/nodes (node1..nodeN)")] = 0,
 ) -> None:
     """Make a local CA and a SuperLink certificate (for tests and trials; use real certificates in production)."""
     from fedwear.engines.flower_cli import make_certs, make_node_keys
@@ -75,7 +75,7 @@ def flower_app_cmd(folder: Path) -> None:
 @flower_app.command("superlink")
 def flower_superlink(
     certs: Annotated[Path | None, typer.Option(help="folder with ca.crt, server.crt, server.key")] = None,
-    insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
+    insecure: Annotated[bool, typer.Option("--insecure", help="no TLS (local tests only)")] = False,
     node_keys: Annotated[list[Path] | None, typer.Option(
         "--node-keys", help="SuperNode authentication: only SuperNodes with these public keys (a .pub file "
         "or a folder of them; repeatable) may connect")] = None,
@@ -123,7 +123,7 @@ def flower_client(
     client: Annotated[str | None, typer.Option(help="client id to play when the root holds several")] = None,
     role: Annotated[str, typer.Option(help="train, or new (held out: evaluated after adaptation)")] = "train",
     ca: CaOpt = None,
-    insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
+    insecure: Annotated[bool, typer.Option("--insecure", help="no TLS (local tests only)")] = False,
     port: Annotated[int, typer.Option(help="this node's local API port (unique per node on one host)")] = 9094,
     node_key: NodeKeyOpt = None,
 ) -> None:
@@ -157,8 +157,8 @@ def flower_serve(
     nodes: Annotated[int, typer.Option(help="SuperNodes to wait for before round 1")],
     superlink: Annotated[str, typer.Option(help="SuperLink address host:port")] = "127.0.0.1:8000",
     ca: CaOpt = None,
-    insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
-    overwrite: Annotated[bool, typer.Option(help="replace the run already in --out")] = False,
+    insecure: Annotated[bool, typer.Option("--insecure", help="no TLS (local tests only)")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the run already in --out")] = False,
 ) -> None:
     """Run CONFIG on a running SuperLink and its SuperNodes; streams the run's log."""
     from fedwear.engines.flower_cli import default_home, is_loopback, run_child, serve_command

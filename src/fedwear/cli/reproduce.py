@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fedwear.cli.common import (
+    CLAIMS,
+    OUTPUT,
+    PARALLEL,
     ExecutorOpt,
     RayAddressOpt,
     SetOpt,
@@ -44,29 +47,40 @@ def reproduce(
                                                    "table's); the results file still covers the table's seeds")] = None,
     methods: Annotated[str | None, typer.Option(help="comma-separated methods to run (default: all the table's); "
                                                      "the results file still covers the whole table")] = None,
-    jobs: Annotated[int, typer.Option(min=1, help="runs in parallel (one process each)")] = 1,
+    set_: SetOpt = None,
+    until: Annotated[int | None, typer.Option(min=1, metavar="ROUND", help="bring every run to this round, then stop "
+                                              "(resumable): a table's rows at one round before any goes further")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="start the selected runs again from round 0 (with "
+                                            "--methods and --seeds: only those); the default reuses or resumes them")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    jobs: Annotated[int, typer.Option(min=1, metavar="N", help="runs in parallel (one process each)",
+                                      rich_help_panel=PARALLEL)] = 1,
     executor: ExecutorOpt = "local",
     ray_address: RayAddressOpt = None,
     slurm: SlurmOpt = None,
-    out: Annotated[Path | None, typer.Option(help="folder of the run folders (default runs/<paper>-<table>)")] = None,
-    results: Annotated[Path | None, typer.Option(help="results file (default results/<table's file>)")] = None,
-    set_: SetOpt = None,
-    report_only: Annotated[bool, typer.Option(help="write the results file from the runs made so far; run nothing")] = False,
-    until: Annotated[int | None, typer.Option(min=1, help="bring every run to this round, then stop (resumable): "
-                                                            "a table's rows at one round before any goes further")] = None,
-    at_round: Annotated[int | None, typer.Option(min=1, help="write the results file from each run as it stood at "
-                                                               "this round: rows that ran further are cut back to it")] = None,
-    overwrite: Annotated[bool, typer.Option(help="start the selected runs again from round 0 (with --methods and "
-                                                 "--seeds: only those); the default reuses or resumes them")] = False,
-    list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced")] = False,
-    claims: Annotated[bool, typer.Option(help="test the papers' registered claims on the run folders and write the "
-                                              "ledger (default results/claims.md); runs nothing; --root: the folder "
-                                              "of the datasets' folders (default ../shared/data)")] = False,
-    runs_root: Annotated[Path, typer.Option(help="with --claims: the folder of the tables' run folders")] = Path("results/runs"),
-    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    out: Annotated[Path | None, typer.Option(help="folder of the run folders (default runs/<paper>-<table>)",
+                                             rich_help_panel=OUTPUT)] = None,
+    results: Annotated[Path | None, typer.Option(help="results file (default results/<table's file>)",
+                                                 rich_help_panel=OUTPUT)] = None,
+    report_only: Annotated[bool, typer.Option("--report-only", help="write the results file from the runs made so "
+                                              "far; run nothing", rich_help_panel=OUTPUT)] = False,
+    at_round: Annotated[int | None, typer.Option(min=1, metavar="ROUND", help="write the results file from each run "
+                                                 "as it stood at this round: rows that ran further are cut back to it",
+                                                 rich_help_panel=OUTPUT)] = None,
+    list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced",
+                                        rich_help_panel=OUTPUT)] = False,
+    claims: Annotated[bool, typer.Option("--claims", help="test the papers' registered claims on the run folders "
+                                         "and write the ledger (default results/claims.md); runs nothing; --root: "
+                                         "the folder of the datasets' folders (default ../shared/data)",
+                                         rich_help_panel=CLAIMS)] = False,
+    runs_root: Annotated[Path, typer.Option(help="with --claims: the folder of the tables' run folders",
+                                            rich_help_panel=CLAIMS)] = Path("results/runs"),
 ) -> None:
-    """Run a paper's table (resumable: the same command continues it) and write the results file
-    with the paper's numbers, the differences, and a flag where one exceeds 2 points."""
+    """Run a paper's table and write its results file beside the paper's numbers.
+
+    Resumable: the same command continues an interrupted table. The results file gives the
+    paper's numbers, the differences, and a flag where one exceeds 2 points.
+    """
     from fedwear import reproduce as rp
     from fedwear.compare import run_grid
     from fedwear.reproduce.results import write_results

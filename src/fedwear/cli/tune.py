@@ -15,21 +15,24 @@ from fedwear.errors import FedwearError
 def tune(
     config: Path,
     space: Annotated[Path, typer.Option(help="YAML: config key -> {low, high, log} or {choices: [...]}")],
-    trials: Annotated[int, typer.Option(min=1, help="finished trials the study should hold, over all its workers")] = 20,
+    trials: Annotated[int, typer.Option(min=1, metavar="N", help="finished trials the study should hold, over all its workers")] = 20,
     set_: SetOpt = None,
     out: Annotated[Path | None, typer.Option(help="folder for the trials' runs and the study's journal file")] = None,
     storage: Annotated[str | None, typer.Option(help="Optuna storage URL shared by several machines (e.g. "
                                                      "sqlite:///study.db); default: a journal file in --out")] = None,
     study: Annotated[str | None, typer.Option(help="study name (default: the config's file name)")] = None,
-    best: Annotated[bool, typer.Option(help="run the study's best trial and the config's own values on the test "
+    best: Annotated[bool, typer.Option("--best", help="run the study's best trial and the config's own values on the test "
                                             "split over --seeds; write the table")] = False,
     seeds: Annotated[str, typer.Option(help="--best: comma-separated seeds")] = "0,1,2",
-    jobs: Annotated[int, typer.Option(min=1, help="--best: runs in parallel (processes)")] = 1,
-    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    jobs: Annotated[int, typer.Option(min=1, metavar="N", help="--best: runs in parallel (processes)")] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
 ) -> None:
-    """Search hyperparameters with Optuna (TPE, median pruning on each evaluated round) on the
-    validation split only (dataset.val_fraction > 0); several `fedwear tune` processes with the
-    same --out (or --storage) share one study. With --best, evaluate the best trial on the test split.
+    """Search hyperparameters with Optuna on the validation split; --best tests the best trial.
+
+    The study samples with TPE and prunes by the median on each evaluated round, on the
+    validation split only (dataset.val_fraction > 0). Several `fedwear tune` processes with the
+    same --out (or --storage) share one study. With --best, the best trial and the config's own
+    values run on the test split over --seeds.
     """
     from fedwear import tune as tuning
 
