@@ -260,3 +260,13 @@ def test_help_reads_in_an_80_column_terminal():
         for param in cmd.params:
             if isinstance(param, click.Option) and param.is_flag and param.default is False:
                 assert not param.secondary_opts, (path, param.opts, param.secondary_opts)
+
+
+def test_version_names_what_the_numbers_depend_on():
+    from fedwear.version import __version__, library_versions
+
+    res = fedwear("--version")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"fedwear {__version__}"
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == list(library_versions())

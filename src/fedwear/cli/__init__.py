@@ -35,7 +35,7 @@ from fedwear.errors import FedwearError
 if TYPE_CHECKING:
     from fedwear.compare import GridStatus
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Personalized federated learning on wearable sensor data.")
+app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 
 OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]
@@ -189,6 +189,24 @@ def methods_cmd() -> None:
         typer.echo(f"{name:12s} {cls.summary} [{'; '.join(marks)}]")
         for opt, field in cls.Options.model_fields.items():
             typer.echo(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}")
+
+
+def _version(show: bool) -> None:
+    if show:
+        from fedwear.version import __version__, library_versions
+
+        typer.echo(f"fedwear {__version__}")
+        for name, value in library_versions().items():  # what a run's numbers depend on, as summary.json records
+            typer.echo(f"  {name}: {value or 'not installed'}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version,
+                                          help="fedwear's version, and the libraries and CPU a run's numbers depend on")] = False,
+) -> None:
+    """Personalized federated learning on wearable sensor data."""
 
 
 # `fedwear --help` lists the commands in these groups, in this order.
