@@ -270,3 +270,37 @@ def test_version_names_what_the_numbers_depend_on():
     lines = res.stdout.splitlines()
     assert lines[0] == f"fedwear {__version__}"
     assert [ln.split(":")[0].strip() for ln in lines[1:]] == list(library_versions())
+
+
+def test_methods_shows_the_named_ones_one_line_each_when_piped_wrapped_in_a_terminal():
+    from fedwear.methods import METHODS
+
+    piped = fedwear("methods", "fedali", "fedprox")
+    assert piped.returncode == 0, piped.stderr
+    heads = [ln.split()[0] for ln in piped.stdout.splitlines() if not ln.startswith(" ")]
+    assert heads == ["fedali", "fedprox"]
+    options = [ln.split()[0] for ln in piped.stdout.splitlines() if ln.startswith(" ")]
+    assert options == [f"{m}.{o}" for m in heads for o in METHODS[m].Options.model_fields]
+    assert_one_line_error(fedwear("methods", "fedal"), "fedwear methods: unknown method 'fedal'", "fedali")
+
+    import os
+    import pty  # a terminal 60 columns wide: the same text, wrapped under its name
+
+    leader, follower = pty.openpty()
+    proc = subprocess.run([sys.executable, "-m", "fedwear.cli", "methods", "fedali"], stdout=follower,
+                          stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "60"})
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other end is closed: everything is read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr
+    lines = out.decode().replace("\r\n", "\n").splitlines()
+    assert max(map(len, lines)) <= 60 and len(lines) > len(piped.stdout.splitlines()) / 2
+    assert " ".join(" ".join(lines).split()) == " ".join(fedwear("methods", "fedali").stdout.split())

@@ -178,17 +178,37 @@ def _announce(status: GridStatus, where: Path) -> None:
     typer.echo(f"[{status}] {where} done", err=True)
 
 
-def methods_cmd() -> None:
-    """Methods with one-line descriptions and their options."""
+def methods_cmd(
+    names: Annotated[list[str] | None, typer.Argument(help="the methods to show (default: all)")] = None,
+) -> None:
+    """Methods with one-line descriptions and their options.
+
+    In a terminal the lines wrap to its width; piped, each method and each option stays one line
+    (for grep).
+    """
+    import shutil
+    import sys
+    import textwrap
+
     from fedwear.methods import METHODS
 
-    for name, cls in METHODS.items():
+    try:
+        check_method_names("fedwear methods", names or [])
+    except FedwearError as e:
+        fail(e)
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+    def line(text: str, indent: int) -> None:
+        typer.echo(text if width is None else textwrap.fill(text, width, subsequent_indent=" " * indent))
+
+    for name in names or METHODS:
+        cls = METHODS[name]
         marks = ["cpu or cuda" if "cuda" in cls.devices else "cpu"]
         if getattr(cls, "trains_together", False):  # engine=batched may train its clients together
             marks.append("batched: clients trained together")
-        typer.echo(f"{name:12s} {cls.summary} [{'; '.join(marks)}]")
+        line(f"{name:12s} {cls.summary} [{'; '.join(marks)}]", 13)
         for opt, field in cls.Options.model_fields.items():
-            typer.echo(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}")
+            line(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}", 17)
 
 
 def _version(show: bool) -> None:
