@@ -287,20 +287,20 @@ def test_methods_shows_the_named_ones_one_line_each_when_piped_wrapped_in_a_term
     import pty  # a terminal 60 columns wide: the same text, wrapped under its name
 
     leader, follower = pty.openpty()
-    proc = subprocess.run([sys.executable, "-m", "fedwear.cli", "methods", "fedali"], stdout=follower,
-                          stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "60"})
+    proc = subprocess.Popen([sys.executable, "-m", "fedwear.cli", "methods", "fedali"], stdout=follower,
+                            env={**os.environ, "COLUMNS": "60"})
     os.close(follower)
     out = b""
-    while True:
+    while True:  # read as it comes: a full terminal buffer would block the command
         try:
             chunk = os.read(leader, 65536)
-        except OSError:  # the terminal's other end is closed: everything is read
+        except OSError:  # the command has ended and closed its side: everything is read
             break
         if not chunk:
             break
         out += chunk
     os.close(leader)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.wait(timeout=60) == 0
     lines = out.decode().replace("\r\n", "\n").splitlines()
     assert max(map(len, lines)) <= 60 and len(lines) > len(piped.stdout.splitlines()) / 2
     assert " ".join(" ".join(lines).split()) == " ".join(fedwear("methods", "fedali").stdout.split())
