@@ -90,7 +90,7 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             train, test = _cells(got, f"personalized{suffix}"), _cells(got, f"new_clients{suffix}")
             ref = paper["rows"].get(f"{method}{suffix}") or [None, None]
             seeds = ",".join(str(n["seed"]) for n in got) or "-"
-            rounds = rounds_cell(method, got, runs)
+            rounds = rounds_cell(method, got, runs, at_round)
             cpu = np.nanmean([n["cpu_s"] for n in got]) if got else float("nan")
             deltas = [delta_cell(train, ref[0]), delta_cell(test, ref[1])]
             if any("⚠" in d for d in deltas):

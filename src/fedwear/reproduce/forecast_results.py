@@ -117,7 +117,7 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
         if any("⚠" in c for c in cells):
             warned.add(method)
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = rounds_cell(method, got, runs)
+        rounds = rounds_cell(method, got, runs, at_round)
         cpu = _cpu([n["cpu_s"] for n in got])
         drift = ", ".join(f"{n['drift'][1]:+.3f} ({n['drift'][0]} -> {n['rounds']})"
                           for n in got if n["drift"]) or "-"

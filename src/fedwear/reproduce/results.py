@@ -131,7 +131,7 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         got = by_method.get(method, [])
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = rounds_cell(method, got, runs)
+        rounds = rounds_cell(method, got, runs, at_round)
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]

@@ -35,12 +35,26 @@ def of_another_config(cfg: RunConfig, where: Path) -> bool:
     return (where / "config.yaml").exists() and load_config(where / "config.yaml").hash() != cfg.hash()
 
 
-def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]]) -> str:
-    """A results row's "rounds run": each run's rounds / planned, or "not run"; the seeds whose
-    folders hold a run of an earlier config of the table (compared with nothing) are named."""
-    earlier = [f"s{cfg.seed}" for m, cfg, where in runs if m == method and of_another_config(cfg, where)]
-    text = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or "not run"
-    return text + (f" ({', '.join(earlier)}: runs of an earlier config, rerun with --overwrite)" if earlier else "")
+def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]],
+                at_round: int | None = None) -> str:
+    """A results row's "rounds run": each shown run's rounds / planned, or "not run"; the seeds
+    left out are named: runs still short of ``at_round`` (as :func:`numbers_by_method` leaves
+    them out) and runs of an earlier config of the table (compared with nothing)."""
+    mine = [(cfg, where) for m, cfg, where in runs if m == method]
+    short = [f"s{cfg.seed}: {rounds_run(where)}/{cfg.rounds}" for cfg, where in mine
+             if at_round is not None and not of_another_config(cfg, where) and short_of(where, at_round)
+             and rounds_run(where) > 0]
+    earlier = [f"s{cfg.seed}" for cfg, where in mine if of_another_config(cfg, where)]
+    text = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or ("none shown" if short else "not run")
+    notes = [f"{', '.join(short)}, short of round {at_round}"] if short else []
+    notes += [f"{', '.join(earlier)}: runs of an earlier config, rerun with --overwrite"] if earlier else []
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def short_of(where: Path, at_round: int) -> bool:
+    """Whether an unfinished run has not reached ``at_round`` yet (its numbers would be of a
+    smaller budget than the other rows')."""
+    return not (where / "summary.json").exists() and rounds_run(where) < at_round
 
 
 def cut(frame: pd.DataFrame, at_round: int | None) -> pd.DataFrame:
@@ -100,7 +114,7 @@ def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[st
     by_method: dict[str, list[dict]] = {m: [] for m in methods}
     for method, cfg, where in runs:
         by_method.setdefault(method, [])
-        if at_round is not None and not (where / "summary.json").exists() and rounds_run(where) < at_round:
+        if at_round is not None and short_of(where, at_round):
             continue
         nums = read(cfg, where, at_round)
         if nums is not None:

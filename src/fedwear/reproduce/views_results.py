@@ -111,7 +111,7 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
     for method in exp.methods:
         got = by_method[method]
         seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = rounds_cell(method, got, runs)
+        rounds = rounds_cell(method, got, runs, at_round)
         best = ", ".join(str(n["best_round"]) for n in got)
         glob = [n["global"] for n in got if "global" in n]
         gcell = (f"{seed_cell([g[0] for g in glob])} / {seed_cell([g[1] for g in glob])} "
