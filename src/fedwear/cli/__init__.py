@@ -16,6 +16,7 @@ from fedwear.cli.common import (
     SlurmOpt,
     check_method_names,
     console_logging,
+    echo_listing,
     executor_options,
     fail,
     file_system_error,
@@ -186,29 +187,20 @@ def methods_cmd(
     In a terminal the lines wrap to its width; piped, each method and each option stays one line
     (for grep).
     """
-    import shutil
-    import sys
-    import textwrap
-
     from fedwear.methods import METHODS
 
     try:
         check_method_names("fedwear methods", names or [])
     except FedwearError as e:
         fail(e)
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-
-    def line(text: str, indent: int) -> None:
-        typer.echo(text if width is None else textwrap.fill(text, width, subsequent_indent=" " * indent))
-
     for name in names or METHODS:
         cls = METHODS[name]
         marks = ["cpu or cuda" if "cuda" in cls.devices else "cpu"]
         if getattr(cls, "trains_together", False):  # engine=batched may train its clients together
             marks.append("batched: clients trained together")
-        line(f"{name:12s} {cls.summary} [{'; '.join(marks)}]", 13)
+        echo_listing(f"{name:12s} {cls.summary} [{'; '.join(marks)}]", 13)
         for opt, field in cls.Options.model_fields.items():
-            line(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}", 17)
+            echo_listing(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}", 17)
 
 
 def _version(show: bool) -> None:

@@ -33,6 +33,18 @@ def reflow_help(app: typer.Typer) -> None:
             reflow_help(group.typer_instance)
 
 
+def echo_listing(text: str, indent: int) -> None:
+    """One entry of a listing: wrapped to a terminal's width, continuation lines indented by
+    ``indent``; whole when piped (so that grep finds it on one line)."""
+    import shutil
+    import textwrap
+
+    if sys.stdout.isatty():
+        text = textwrap.fill(text, shutil.get_terminal_size().columns, subsequent_indent=" " * indent,
+                             break_on_hyphens=False)
+    typer.echo(text)
+
+
 def fail(e: Exception | str) -> NoReturn:
     """Print ``error: <message>`` on one line (no traceback) and exit with status 2."""
     typer.echo(f"error: {e}", err=True)

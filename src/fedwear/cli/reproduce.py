@@ -17,6 +17,7 @@ from fedwear.cli.common import (
     SlurmOpt,
     command_line,
     console_logging,
+    echo_listing,
     executor_options,
     fail,
     interrupted,
@@ -97,7 +98,7 @@ def reproduce(
             for key, exp in rp.EXPERIMENTS.items():
                 folder = rp.default_out(exp)
                 status = f"; {folder}: {table_progress(rp.plan(exp, folder, None))}" if folder.is_dir() else ""
-                typer.echo(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods{status})")
+                echo_listing(f"{key:{width}s}  {exp.title} ({len(exp.methods)} methods{status})", width + 2)
             return
         if report_only and overwrite:
             raise FedwearError("--overwrite with --report-only: --report-only runs nothing, so drop one of them")
