@@ -40,11 +40,14 @@ def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, P
     """A results row's "rounds run": each shown run's rounds / planned, or "not run"; the seeds
     left out are named: runs still short of ``at_round`` (as :func:`numbers_by_method` leaves
     them out) and runs of an earlier config of the table (compared with nothing)."""
-    mine = [(cfg, where) for m, cfg, where in runs if m == method]
-    short = [f"s{cfg.seed}: {rounds_run(where)}/{cfg.rounds}" for cfg, where in mine
-             if at_round is not None and not of_another_config(cfg, where) and short_of(where, at_round)
-             and rounds_run(where) > 0]
-    earlier = [f"s{cfg.seed}" for cfg, where in mine if of_another_config(cfg, where)]
+    short, earlier = [], []
+    for m, cfg, where in runs:
+        if m != method:
+            continue
+        if of_another_config(cfg, where):
+            earlier.append(f"s{cfg.seed}")
+        elif at_round is not None and short_of(where, at_round) and (done := rounds_run(where)) > 0:
+            short.append(f"s{cfg.seed}: {done}/{cfg.rounds}")
     text = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or ("none shown" if short else "not run")
     notes = [f"{', '.join(short)}, short of round {at_round}"] if short else []
     notes += [f"{', '.join(earlier)}: runs of an earlier config, rerun with --overwrite"] if earlier else []
