@@ -325,9 +325,10 @@ def test_config_reference_renders_types_and_defaults():
 
     class Outer(BaseModel):
         mode: Literal["a", "b"] = "a"
+        name: str = Field("n", min_length=1)
         maybe: float | None = None
         items: list[str] = Field(default_factory=lambda: ["u"])
-        inner: Inner = Inner()
+        inner: Inner = Field(Inner(), description="the inner part")
         table: dict[str, Inner] = Field(default_factory=dict)
 
     f = Outer.model_fields
@@ -341,7 +342,8 @@ def test_config_reference_renders_types_and_defaults():
     md = "\n".join(line for s in _sections(Outer, "", Section("t")) for line in _render_section(s))
     assert "| `inner.x` | `int`, ≥ 1 | `3` | a \\| pipe |" in md
     assert "## `table.<name>`" in md and "| `table.<name>.x` |" in md
-    assert "Inner docs." in md
+    assert "the inner part. Inner docs." in md  # the field's words, then the model's, as sentences
+    assert "| `name` | `str`, at least 1 character |" in md
 
 
 def test_config_reference_cli(tmp_path):

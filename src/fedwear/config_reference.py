@@ -139,7 +139,7 @@ def _sections(model: type[BaseModel], prefix: str, section: Section) -> list[Sec
         ann = info.annotation
         nested = _single_model(ann)
         if nested is not None:
-            intro = " ".join(t for t in (info.description or "", _doc(nested)) if t)
+            intro = sentences(info.description or "", _doc(nested))
             if _allows_none(ann):
                 intro = (intro + " May be `null`.").strip()
             children += _sections(nested, f"{key}.", Section(f"`{key}`", intro))
@@ -242,18 +242,29 @@ _BOUNDS = ((at.Ge, "ge", "≥"), (at.Gt, "gt", ">"), (at.Le, "le", "≤"), (at.L
 
 def constraints(info: FieldInfo) -> list[str]:
     """Declared bounds and lengths of a field, as ``≥ 1`` or ``at least 2 items``."""
+    unit = "character" if info.annotation is str else "item"
     out = []
     for m in info.metadata:
         for kind, attr, sign in _BOUNDS:
             if isinstance(m, kind):
                 out.append(f"{sign} {getattr(m, attr)}")
         if isinstance(m, at.MinLen):
-            out.append(f"at least {m.min_length} item{'s' if m.min_length != 1 else ''}")
+            out.append(f"at least {_count(m.min_length, unit)}")
         if isinstance(m, at.MaxLen):
-            out.append(f"at most {m.max_length} item{'s' if m.max_length != 1 else ''}")
+            out.append(f"at most {_count(m.max_length, unit)}")
         if isinstance(m, at.MultipleOf):
             out.append(f"multiple of {m.multiple_of}")
     return out
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}{'s' if n != 1 else ''}"
+
+
+def sentences(*texts: str) -> str:
+    """The non-empty ``texts`` joined as sentences (a full stop added where one ends without)."""
+    parts = [t.strip() for t in texts if t.strip()]
+    return " ".join(p if p.endswith((".", "?", ":")) else p + "." for p in parts)
 
 
 def default_value(info: FieldInfo) -> Any:

@@ -126,7 +126,7 @@ class DeepSenseBody(nn.Module):
 
 
 class DeepSenseOptions(ModelOptions):
-    interval: PositiveInt = Field(12, ge=2, description="samples per FFT interval (feature_extraction.py: 12 -> 7 bins)")
+    interval: int = Field(12, ge=2, description="samples per FFT interval (feature_extraction.py: 12 -> 7 bins)")
     samples: PositiveInt | None = Field(
         150, description="use the first samples of a window (feature_extraction.py: 150); a shorter window whole; null: all"
     )

@@ -276,7 +276,7 @@ class ClientNetwork(nn.Module):
 
 
 class FedMATOptions(ModelOptions):
-    interval: PositiveInt = Field(20, ge=2, description="samples per FFT interval: 20 -> 11 bins, the width "
+    interval: int = Field(20, ge=2, description="samples per FFT interval: 20 -> 11 bins, the width "
                                   "of FedMAT's code input [5, 21, 11] (Super-Shen/FedMAT)")
     samples: PositiveInt | None = Field(None, description="use the first samples of a window; null: the whole window")
     magnitude: bool = Field(True, description="each 3-axis sensor's norm as a fourth row (the code's 4D sensors)"
