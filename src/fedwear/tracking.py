@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 #: The run directory's record of the MLflow run a resumed run continues.
 RECORD = "tracking.json"
-#: Columns of rounds.csv / timing.csv logged every round.
-ROUND_VALUES = ("train_loss", "bytes_up", "bytes_down", "wall_s", "cpu_s")
 PACKAGES = {"mlflow": "mlflow", "tensorboard": "tensorboard"}
 
 
