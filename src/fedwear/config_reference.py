@@ -141,7 +141,7 @@ def _sections(model: type[BaseModel], prefix: str, section: Section) -> list[Sec
         if nested is not None:
             intro = sentences(info.description or "", _doc(nested))
             if _allows_none(ann):
-                intro = (intro + " May be `null`.").strip()
+                intro = sentences(intro, "May be `null`.")
             children += _sections(nested, f"{key}.", Section(f"`{key}`", intro))
             continue
         section.rows.append(
