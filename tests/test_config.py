@@ -137,6 +137,12 @@ def test_per_method_settings_apply_to_their_method_and_set_wins():
     assert load_config(data=data, overrides=["method=fedavg"]).rounds == 2
 
 
+@pytest.mark.parametrize("method", [{"name": "fedavg"}, ["fedavg"]])
+def test_a_method_that_is_not_a_name_is_one_error_line(method):
+    with pytest.raises(ConfigError, match=r"^config: key 'method': Input should be a valid string"):
+        load_config(data={"method": method, "per_method": {"fedavg": {"rounds": 2}}})
+
+
 def test_config_hash_ignores_where_the_data_lives_and_other_methods_options():
     a = load_config(data={"method": "fedprox", "method_options": {"fedprox": {"mu": 0.1}}})
     b = load_config(data={"method": "fedprox", "dataset": {"root": "/elsewhere", "cache_dir": None},

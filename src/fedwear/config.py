@@ -389,7 +389,10 @@ def _apply_per_method(tree: dict, explicit: set[str], source: str) -> None:
     table = tree.get("per_method") or {}
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: key 'per_method' must map method names to settings")
-    chosen = table.get(tree.get("method", RunConfig.model_fields["method"].default)) or {}
+    method = tree.get("method", RunConfig.model_fields["method"].default)
+    if not isinstance(method, str):  # validation names the bad 'method' key
+        return
+    chosen = table.get(method) or {}
     if not isinstance(chosen, dict):
         raise ConfigError(f"{source}: key 'per_method.{tree.get('method')}' must be a mapping of settings")
 
