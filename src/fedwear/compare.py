@@ -168,7 +168,6 @@ def ray_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone | Non
     return out
 
 
-
 def reuse_finished(runs: list[Planned], overwrite: bool) -> tuple[dict[Path, dict], list[Planned]]:
     """(folder -> summary of the runs already finished, the others): a cluster gets no job for
     a run that would only read its summary."""

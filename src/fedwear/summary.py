@@ -186,6 +186,7 @@ def _best_rule(cfg: RunConfig) -> str:
     ev = cfg.evaluation
     stat = {"weighted": f"{ev.client_weights}-weighted", "mean": "unweighted",
             "per_client": "unweighted"}[ev.best_statistic]
+
     def one(rule: str) -> str:
         best = "min" if rule.partition(".")[2] in LOWER_IS_BETTER else "max"
         return f"the earliest round with the {best} {stat} mean of {rule} on the {ev.best_split} split"

@@ -165,6 +165,7 @@ def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
         typer.echo(f"interrupted: {grid}" + (f" ({saved})" if saved else ""), err=True)
     raise typer.Exit(130) from None
 
+
 #: Option groups of the longer commands' --help.
 PARALLEL, OUTPUT, CLAIMS = "Parallel runs", "Output", "Claims ledger"
 

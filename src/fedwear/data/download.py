@@ -222,11 +222,11 @@ UNPINNED: dict[str, Source] = {
 }  # fmt: skip
 
 
-
 def all_sources() -> dict[str, Source]:
     """Every dataset ``fedwear data download`` knows: :data:`REGISTRY` (pinned), then
     :data:`UNPINNED`."""
     return {**REGISTRY, **UNPINNED}
+
 
 #: The record of a download, written into the dataset folder.
 RECORD = "fedwear-download.json"

@@ -38,6 +38,7 @@ class Executor(Protocol):
             on_step: Callable[[str, int, int], None] | None = None) -> dict[str, Record]:
         """The replies of ``downs``' clients; ``on_reply(client)`` as each one's arrives,
         ``on_step(client, step, planned)`` after each of its optimiser steps where the executor sees them."""
+
     def evaluate(self, round: int, downs: dict[str, Record], global_msg: Record | None) -> dict[str, list[Row]]: ...
     def client_states(self) -> dict: ...
     def checkpoint_saved(self) -> None: ...
@@ -69,11 +70,14 @@ class Callback:
     def on_start(self, runner: Runner) -> None: ...
     def on_round_start(self, runner: Runner, round: int, clients: list[str]) -> None:
         """A round's clients were chosen; their training starts."""
+
     def on_step(self, runner: Runner, round: int, client: str, step: int, planned: int) -> None:
         """``client`` took optimiser step ``step`` of the ``planned`` steps of its current training
         loop in ``round`` (in-process engine ``sim`` only; a method may run several loops a fit)."""
+
     def on_reply(self, runner: Runner, round: int, client: str) -> None:
         """``client``'s reply of ``round`` arrived (in-process: its training finished)."""
+
     def on_round(self, runner: Runner, info: RoundInfo) -> None: ...
     def on_end(self, runner: Runner) -> None: ...
 

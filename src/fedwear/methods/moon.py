@@ -109,7 +109,6 @@ class Moon(FedAvg):
         state.arrays.update({PREV + k: v for k, v in model_arrays(model, PARTS).items()})
         return state
 
-
     # ---- clients trained together (engine: batched) -----------------------------------------
     trains_together = True
 

@@ -114,7 +114,6 @@ def target_bins(y: torch.Tensor, target: tuple[float, float], low: float, width:
     return torch.floor((v - low) / width).clamp(0, bins - 1).long()
 
 
-
 def num_keys(task: Task, bins: TargetBinOptions) -> int:
     """Prototypes per client: one per class, or one per target bin for a regression task."""
     return bins.bins if task.kind == "regression" else task.num_classes

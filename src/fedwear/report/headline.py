@@ -57,13 +57,13 @@ class PaperNumbers:
 NO_PAPER = PaperNumbers(none="no registered paper table is known for this folder")
 
 
-
 def _dark(color) -> bool:
     """Whether white text reads on ``color`` (relative luminance below 0.5)."""
     from matplotlib.colors import to_rgb
 
     r, g, b = to_rgb(color)
     return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5
+
 
 def reference_of(groups: Groups, reference: str | None) -> str:
     """The reference method: ``reference`` when given (it must be one of the groups), else the

@@ -39,6 +39,7 @@ def budget_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None
     metrics = matching_metrics(cfg, where, at_round)
     if metrics is None:
         return None
+
     def final_views(rows) -> dict[str, dict[str, float]]:
         """view -> metric -> the final round's test-weighted mean, in %."""
         agg = aggregate_metrics(rows, cfg.evaluation.client_weights)
