@@ -445,6 +445,27 @@ def test_variants_of_one_method_stay_apart(compare_dir, tmp_path):
     assert [r.label for r in cmp.runs["fedavg"]] == ["fedavg seed 0", "fedavg seed 1"]
 
 
+def test_seeds_not_alike_are_named(compare_dir, tmp_path):
+    """Seeds of one method that ran other settings (seed aside), or that are read at other
+    rounds, are named at the top of the page and under the headline: their mean mixes them."""
+    from fedwear.api import run
+    from fedwear.report.rundir import load, unlike_seeds
+
+    root = tmp_path / "cmp"
+    shutil.copytree(compare_dir, root, ignore=shutil.ignore_patterns("report"))
+    assert unlike_seeds(load(root).runs) == []  # seeds 0 and 1 of one config: alike
+    shutil.rmtree(root / "local-s1")
+    run(tiny_config(method="local", seed=1, **{"optimizer.lr": 0.1}), root / "local-s1", until=2)
+    unlike = ["local: optimizer.lr: 0.05 (seed 0), 0.1 (seed 1)", "local: read at round 3 (seed 0), 2 (seed 1)"]
+    assert unlike_seeds(load(root).runs) == unlike
+    code, _, err = report(root)
+    assert code == 0, err
+    text = text_of(root / "report" / "index.html")
+    assert f"seeds not alike (a mean over them mixes these): {'; '.join(unlike)}" in text
+    assert captions(root / "report" / "index.html")["headline.png"].endswith(
+        f"Seeds not alike, so a bar's mean mixes them: {'; '.join(unlike)}.")
+
+
 # --- the paper-style figures -----------------------------------------------------------------
 
 

@@ -255,13 +255,13 @@ class RunConfig(Strict):
                 "clients_per_round=%d, but there are only %d training clients: every round trains all %d", v, n, n)
         return min(n, v)
 
-    def hash(self, *, with_threads: bool = False) -> str:
-        """Digest of the settings that decide a run's numbers and differ from the defaults: a
+    def settings(self, *, with_threads: bool = False) -> dict[str, Any]:
+        """The settings that decide a run's numbers and differ from the defaults, as a tree: a
         key added later (with a default) does not orphan run directories made before it; where
         the data lives (``dataset.root``, ``dataset.sources[].root``, ``dataset.cache_dir``),
-        how many threads run it (``threads``) and other methods' options do not count.
-        ``with_threads``: the digest run folders of format 1 carry, which counted ``threads`` (to recognise
-        the run folders it wrote, ``fedwear upgrade``)."""
+        how many threads run it (``threads``), where else its numbers are logged (``tracking``,
+        ``flower.ray_address``) and other methods' options do not count. ``with_threads``: count
+        ``threads`` too, as run folders of format 1 did."""
         tree = self.model_dump(mode="json", exclude_defaults=True)
         dataset = tree.pop("dataset", {})
         dataset = {k: v for k, v in dataset.items() if k not in ("root", "cache_dir")}
@@ -280,7 +280,13 @@ class RunConfig(Strict):
         tree.pop("method_options", None)
         if own:
             tree["method_options"] = {self.method: own}
-        return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:16]
+        return tree
+
+    def hash(self, *, with_threads: bool = False) -> str:
+        """Digest of :meth:`settings`: two configs with the same hash make the same numbers.
+        ``with_threads``: the digest run folders of format 1 carry (to recognise the run folders
+        it wrote, ``fedwear upgrade``)."""
+        return hashlib.sha256(json.dumps(self.settings(with_threads=with_threads), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _set_path(tree: dict, dotted: str, value: Any) -> None:

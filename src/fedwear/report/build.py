@@ -27,7 +27,7 @@ from fedwear.report.plots import (
     timing_plot,
 )
 from fedwear.report.regression import TSNE_WINDOWS, regression_plots, regression_runs
-from fedwear.report.rundir import Comparison, Run, load
+from fedwear.report.rundir import Comparison, Run, load, unlike_seeds
 
 #: Figures of an earlier report (this version's and older ones') removed before a report is written.
 OWN_PNGS = ("headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
@@ -96,6 +96,8 @@ def _comparison_meta(cmp: Comparison) -> list[str]:
         f"{escape(_config_values(runs, 'rounds'))} rounds",
         f"comparison directory <code>{escape(str(cmp.path))}</code>"
         + (f"; its table: <code>{escape(str(table))}</code>" if table.is_file() else ""),
+        *([f"<b>seeds not alike</b> (a mean over them mixes these): {escape('; '.join(unlike))}"]
+          if (unlike := unlike_seeds(cmp.runs)) else []),
     ]
 
 

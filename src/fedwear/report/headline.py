@@ -35,6 +35,7 @@ from fedwear.report.plots import (
     views_of,
     weighted,
 )
+from fedwear.report.rundir import unlike_seeds
 from fedwear.report.units import NAMES, axis_label, fmt, scale
 
 
@@ -196,4 +197,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
     unfinished = [run.label for run in flat(groups) if run.unfinished]
     if unfinished:
         caption += f" Read as far as they got (no summary.json yet): {'; '.join(unfinished)}."
+    unlike = unlike_seeds(groups)
+    if unlike:
+        caption += f" Seeds not alike, so a bar's mean mixes them: {'; '.join(unlike)}."
     return Plot("headline.png", "headline", caption, "headline")

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -149,6 +150,23 @@ class Run:
         return names if len(names) == int(found.group(1)) else None
 
     @cached_property
+    def settings(self) -> dict[str, Any] | None:
+        """The settings that decide the run's numbers (:meth:`fedwear.config.RunConfig.settings`)
+        but its seed, as dotted keys; None when config.yaml is missing or does not validate."""
+        try:
+            tree = load_config(self.path / "config.yaml").settings()
+        except ConfigError:
+            return None
+        tree.pop("seed", None)
+        return _dotted(tree)
+
+    @property
+    def final_round(self) -> int | None:
+        """The last evaluated round (None before the first evaluation)."""
+        final = self.summary.get("final_round")
+        return int(final) if self.evaluated and final is not None else None
+
+    @cached_property
     def aggregated(self) -> pd.DataFrame:
         """:func:`fedwear.summary.aggregate_metrics` of metrics.csv, with the run's client weights."""
         return aggregate_metrics(self.metrics, self.client_weights)
@@ -175,6 +193,45 @@ class Comparison:
         for run in self.all_runs:
             names += [m for m in run.metric_names if m not in names]
         return names
+
+
+def unlike_seeds(groups: dict[str, list[Run]]) -> list[str]:
+    """Where the seeds of one method are not alike, so that their mean mixes settings or budgets:
+    for each method, the settings (seed aside) that differ between its runs and, when they differ,
+    the rounds its runs are read at (their final evaluated round), as ``method: key: value
+    (seeds 1, 2), other value (seed 3)``."""
+    found = []
+    for name, runs in groups.items():
+        if len(runs) < 2:
+            continue
+        trees = [r.settings for r in runs]
+        if all(t is not None for t in trees):
+            for key in sorted(set().union(*trees)):
+                values = {r.seed: trees[i].get(key, "default") for i, r in enumerate(runs)}
+                if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+                    found.append(f"{name}: {key}: {_by_value(values)}")
+        rounds = {r.seed: r.final_round for r in runs if r.final_round is not None}
+        if len(set(rounds.values())) > 1:
+            found.append(f"{name}: read at round {_by_value(rounds)}")
+    return found
+
+
+def _by_value(values: dict) -> str:
+    """``{1: a, 2: b, 3: b}`` as ``a (seed 1), b (seeds 2, 3)``."""
+    seeds: dict[str, list[str]] = {}
+    for seed, value in values.items():
+        seeds.setdefault(value if isinstance(value, str) else json.dumps(value), []).append(str(seed))
+    return ", ".join(f"{v} (seed{'s' if len(ss) > 1 else ''} {', '.join(ss)})" for v, ss in seeds.items())
+
+
+def _dotted(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def is_run_dir(path: Path) -> bool:
