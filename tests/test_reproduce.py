@@ -174,6 +174,15 @@ def test_unknown_table_is_one_line(table):
     assert res.exit_code == 2 and "unknown table 'nope:t'" in res.output and "tiny:t" in res.output
 
 
+def test_a_missing_root_is_one_line_before_any_run(tmp_path):
+    out = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["reproduce", "protohar:table2", "--root", str(tmp_path / "nope"), "--out", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    assert res.output.strip().splitlines() == [
+        f"error: --root {tmp_path / 'nope'}: no such folder; pass the folder of the usc_had dataset's original "
+        "files (see README 'Data')"]
+
+
 def test_forecasting_table_cells_are_means_over_clients_next_to_the_paper(tmp_path, monkeypatch):
     """A regression table: per method the final round's mean ± std over clients, the paper's
     PCFedH numbers beside them, and the naive forecasts' rows."""

@@ -114,6 +114,11 @@ def reproduce(
         command = run_command(table, root, seeds if extra else None, jobs, out, results, set_, until,
                               methods if extra else None, at_round)
         target = results or Path("results") / exp.results
+        if root is not None and executor == "local" and not report_only and not Path(root).is_dir():
+            name = runs[0][1].dataset.name
+            what = ("the folder holding its datasets' folders" if name == "merged" else
+                    f"the folder of the {name} dataset's original files")
+            raise FedwearError(f"--root {root}: no such folder; pass {what} (see README 'Data')")
         if not report_only:
             typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)
 
