@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,12 +89,14 @@ def test_no_validation_split_is_refused_in_one_line(files) -> None:
     ({"evaluation.best_split": {"choices": ["test"]}}, "cannot be searched"),
     ({"optimizer.lr": {"low": 0.5, "high": 0.1}}, "must be below high"),
     ({"optimizer.lr": {"low": 0.1}}, "give low and high"),
-    ({"optimizer.lrr": {"low": 0.1, "high": 0.5}}, "optimizer.lrr"),
+    ({"optimizer.lrr": {"low": 0.1, "high": 0.5}}, "unknown key 'optimizer.lrr'"),
+    ({"optimizer.lr": {"low": 0, "high": 0.5}}, "key 'optimizer.lr': Input should be greater than 0"),
 ])
 def test_a_bad_space_is_one_line(files, tmp_path: Path, spec, needle) -> None:
+    """Each mistake names the space file (never a --set the user did not type) and the key."""
     cfg, space = files
     space.write_text(yaml.safe_dump(spec))
-    with pytest.raises(ConfigError, match=needle):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(space))}: .*{needle}"):
         tune.search(cfg, space, 1, tmp_path / "s")
     assert not list((tmp_path / "s").glob("trial-*"))
 

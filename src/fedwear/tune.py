@@ -199,7 +199,11 @@ def search(config: Path, space_file: Path, trials: int, out: Path, sets: list[st
     cfg = tuning_config(config, sets)
     space = load_space(space_file)
     for key in space:  # every key must be one a config takes: check with the space's low end
-        load_config(config, [*sets, f"{key}={_yaml_value(_probe(space[key]))}"])
+        probe = f"{key}={_yaml_value(_probe(space[key]))}"
+        try:
+            load_config(config, [*sets, probe])
+        except ConfigError as e:  # the space file set it, not a --set of the user's
+            raise ConfigError(f"{space_file}: {str(e).removeprefix(f'--set {probe}: ')}") from None
     view, metric, direction = objective_of(cfg)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
