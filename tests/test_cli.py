@@ -153,6 +153,8 @@ def test_data_info(data_root):
     assert res.returncode == 0, res.stderr
     info = json.loads(res.stdout)
     assert info["subjects"] == 14 and info["recordings"] == 840
+    res = fedwear("data", "info", "usc-had")
+    assert res.returncode == 2 and res.stderr.startswith("error: unknown dataset 'usc-had'; known: ")
 
 
 def test_compare_writes_table(cfg_file, tmp_path):

@@ -52,11 +52,14 @@ def data_info(
 
     With --root, also the subjects, recordings, samples and label counts of that folder.
     """
-    from fedwear.data import card, dataset_info, dataset_module
+    from fedwear.data import DATASETS, card, dataset_info, dataset_module
     from fedwear.data.config import DatasetConfig
     from fedwear.data.preprocess import bundled_root
 
     try:
+        if name not in DATASETS:
+            raise FedwearError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (`fedwear data list` "
+                               "describes them)")
         if root is None and bundled_root(name) is None:
             mod = dataset_module(name)
             info: dict[str, object] = {"name": name, "description": mod.DESCRIPTION, "card": card(name)}
