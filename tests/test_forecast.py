@@ -9,7 +9,7 @@ from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error,
 from fedwear.data.forecast import chronological_split, next_value_windows
 from fedwear.data.heart_rate import read_ppg_dalia
 from fedwear.evaluation.metrics import regression_metrics
-from fedwear.evaluation.naive import naive_rows, over_clients
+from fedwear.evaluation.naive import NAIVE, naive_forecasts, over_clients
 from tests.test_heart_rate import hr_folder
 
 
@@ -44,6 +44,19 @@ def test_regression_metrics_by_hand_and_against_sklearn() -> None:
     assert m["mse"] == pytest.approx(mean_squared_error(y, p), rel=1e-12)
     assert m["mae"] == pytest.approx(mean_absolute_error(y, p), rel=1e-12)
     assert m["mape"] == pytest.approx(100 * mean_absolute_percentage_error(y, p), rel=1e-12)
+
+
+def naive_rows(series: dict[str, np.ndarray], length: int = 150, train_fraction: float = 0.8) -> list[dict]:
+    """Both naive forecasts of each client's chronological test windows, as the engine scores them."""
+    rows = []
+    for client, values in series.items():
+        x, y = next_value_windows(values, length)
+        split = chronological_split(len(y), train_fraction)
+        test_y, forecasts = y[split.test], naive_forecasts(x[split.test], y[split.train])
+        for name in NAIVE:
+            rows.append({"client": client, "forecast": name, "n": len(test_y),
+                         **regression_metrics(test_y, forecasts[name])})
+    return rows
 
 
 def test_naive_forecasts_by_hand() -> None:

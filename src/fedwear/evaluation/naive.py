@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedwear.data.forecast import chronological_split, next_value_windows
-from fedwear.evaluation.metrics import regression_metrics
-
 NAIVE = ("last_value", "client_mean")
 
 
@@ -22,21 +19,6 @@ def naive_forecasts(x: np.ndarray, train_y: np.ndarray) -> dict[str, np.ndarray]
     mean = train_y.mean(dtype=np.float64) if len(train_y) else np.nan
     return {"last_value": x[:, -1] if len(x) else np.zeros(0, x.dtype),
             "client_mean": np.full(len(x), mean, np.float64)}
-
-
-def naive_rows(series: dict[str, np.ndarray], length: int = 150, train_fraction: float = 0.8,
-               train_multiple: int = 1, skip_last: bool = False) -> list[dict[str, object]]:
-    """One row per (client, forecast) on each client's chronological test windows: ``client``,
-    ``forecast``, ``n`` and the regression metrics."""
-    rows: list[dict[str, object]] = []
-    for client, values in series.items():
-        x, y = next_value_windows(values, length, skip_last)
-        split = chronological_split(len(y), train_fraction, train_multiple)
-        xt, yt = x[split.test], y[split.test]
-        forecasts = naive_forecasts(xt, y[split.train])
-        for name in NAIVE:
-            rows.append({"client": client, "forecast": name, "n": len(yt), **regression_metrics(yt, forecasts[name])})
-    return rows
 
 
 def over_clients(values: np.ndarray, ddof: int = 0) -> tuple[float, float]:
