@@ -289,6 +289,19 @@ class RunConfig(Strict):
         return hashlib.sha256(json.dumps(self.settings(with_threads=with_threads), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def flat_params(tree: dict, prefix: str = "") -> dict[str, str]:
+    """A nested config tree as dotted keys and text values (JSON for all but strings): MLflow's
+    params, and what ``fedwear report`` compares between seeds."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat_params(value, f"{name}."))
+        else:
+            out[name] = json.dumps(value) if not isinstance(value, str) else value
+    return out
+
+
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree

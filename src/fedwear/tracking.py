@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedwear.config import RunConfig, dump_config
+from fedwear.config import RunConfig, dump_config, flat_params
 from fedwear.engines.runner import Callback, RoundInfo
 from fedwear.errors import ConfigError
 from fedwear.evaluation.metrics import rows_summary
@@ -85,18 +85,6 @@ def summary_values(summary: dict) -> dict[str, float]:
             for metric, value in metrics.items():
                 if isinstance(value, (int, float)) and value == value:
                     out[f"{which}/{view}/{metric}"] = float(value)
-    return out
-
-
-def flat_params(tree: dict, prefix: str = "") -> dict[str, str]:
-    """A nested config as dotted keys and text values (MLflow params)."""
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flat_params(value, f"{name}."))
-        else:
-            out[name] = json.dumps(value) if not isinstance(value, str) else value
     return out
 
 

@@ -12,12 +12,11 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import yaml
 
-from fedwear.config import load_config
+from fedwear.config import flat_params, load_config
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.summary import aggregate_metrics, build_summary, metric_columns
 from fedwear.version import __version__
@@ -150,15 +149,16 @@ class Run:
         return names if len(names) == int(found.group(1)) else None
 
     @cached_property
-    def settings(self) -> dict[str, Any] | None:
+    def settings(self) -> dict[str, str] | None:
         """The settings that decide the run's numbers (:meth:`fedwear.config.RunConfig.settings`)
-        but its seed, as dotted keys; None when config.yaml is missing or does not validate."""
+        but its seed, as dotted keys and text values; None when config.yaml is missing or does
+        not validate."""
         try:
             tree = load_config(self.path / "config.yaml").settings()
         except ConfigError:
             return None
         tree.pop("seed", None)
-        return _dotted(tree)
+        return flat_params(tree)
 
     @property
     def final_round(self) -> int | None:
@@ -208,7 +208,7 @@ def unlike_seeds(groups: dict[str, list[Run]]) -> list[str]:
         if all(t is not None for t in trees):
             for key in sorted(set().union(*trees)):
                 values = {r.seed: trees[i].get(key, "default") for i, r in enumerate(runs)}
-                if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+                if len(set(values.values())) > 1:
                     found.append(f"{name}: {key}: {_by_value(values)}")
         rounds = {r.seed: r.final_round for r in runs if r.final_round is not None}
         if len(set(rounds.values())) > 1:
@@ -220,18 +220,8 @@ def _by_value(values: dict) -> str:
     """``{1: a, 2: b, 3: b}`` as ``a (seed 1), b (seeds 2, 3)``."""
     seeds: dict[str, list[str]] = {}
     for seed, value in values.items():
-        seeds.setdefault(value if isinstance(value, str) else json.dumps(value), []).append(str(seed))
+        seeds.setdefault(str(value), []).append(str(seed))
     return ", ".join(f"{v} (seed{'s' if len(ss) > 1 else ''} {', '.join(ss)})" for v, ss in seeds.items())
-
-
-def _dotted(tree: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def is_run_dir(path: Path) -> bool:
