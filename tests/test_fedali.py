@@ -305,22 +305,6 @@ def test_flower_messages_give_the_same_metrics_and_bytes(tmp_path):
     assert executor.bytes_up == rounds["bytes_up"].sum() == ref.summary["bytes_up"]
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-def test_flower_sim_equals_sim(tmp_path):
-    pytest.importorskip("flwr")
-    sets = {"dataset.cache_dir": str(tmp_path / "cache")}
-    sim = fedwear.run(make_config(**sets), tmp_path / "sim")
-    flw = fedwear.run(make_config(engine="flower-sim", **sets), tmp_path / "flower")
-    assert flw.summary["engine"] == "flower-sim"
-    a, b = sim.metrics, flw.metrics
-    assert a[["round", "client", "view", "split", "n"]].equals(b[["round", "client", "view", "split", "n"]])
-    for metric in ("accuracy", "macro_f1", "auc"):
-        np.testing.assert_allclose(a[metric].to_numpy(), b[metric].to_numpy(), atol=1e-6, equal_nan=True)
-    assert sim.summary["bytes_up"] == flw.summary["bytes_up"]
-    assert sim.summary["bytes_down"] == flw.summary["bytes_down"]
-
-
 def test_alp_layers_are_found_by_type():
     m, _ = setup()
     assert all(isinstance(layer, ALP) for layer in m.layers.values())

@@ -424,18 +424,6 @@ def test_runs_are_deterministic_and_count_their_bytes(tmp_path):
     assert a.summary["bytes_down"] <= cfg.rounds * 3 * (body + protos + head)
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-def test_flower_sim_equals_sim(tmp_path):
-    sets = {"dataset.cache_dir": str(tmp_path / "cache")}
-    sim = fedwear.run(tiny_config(method="fedpac", **sets), tmp_path / "sim")
-    flw = fedwear.run(tiny_config(method="fedpac", engine="flower-sim", **sets), tmp_path / "flower")
-    assert flw.summary["engine"] == "flower-sim"
-    assert (sim.out_dir / "metrics.csv").read_bytes() == (flw.out_dir / "metrics.csv").read_bytes()
-    assert sim.summary["bytes_up"] == flw.summary["bytes_up"]
-    assert sim.summary["bytes_down"] == flw.summary["bytes_down"]
-
-
 def test_regression_and_central_dp_are_refused():
     with pytest.raises(ConfigError, match="does not handle regression"):
         tiny_regression_config(method="fedpac")

@@ -6,6 +6,7 @@ test). Slow (each Flower message starts a process).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -190,7 +191,7 @@ def test_tls_deployment_matches_sim(tmp_path, deployment):
     assert a[["round", "client", "view", "n"]].equals(b[["round", "client", "view", "n"]])
     for m in ("accuracy", "macro_f1", "auc"):
         np.testing.assert_allclose(a[m], b[m], atol=1e-6)
-    summary = __import__("json").loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["flower_bytes"] == {"down": summary["bytes_down"], "up": summary["bytes_up"]}
     assert summary["bytes_up"] == ref.summary["bytes_up"]
 
@@ -217,6 +218,7 @@ def test_tls_deployment_with_secure_aggregation(tmp_path, deployment):
     b = load_checkpoint(out / CHECKPOINT)["server"]
     for k in a.arrays:
         np.testing.assert_allclose(b.arrays[k], a.arrays[k], atol=5e-4)  # SecAgg+ quantisation
+    assert json.loads((out / "summary.json").read_text())["privacy"]["secure_aggregation"]["enabled"] is True
 
 
 def test_node_killed_mid_run_does_not_stop_it(tmp_path, deployment):
