@@ -17,7 +17,7 @@ from fedwear.reproduce import EXPERIMENTS, Experiment, plan
 from fedwear.reproduce import claims as cl
 from tests.helpers import tiny_config
 
-CLIENTS = ("c1", "c2", "c3", "c4")
+CLIENTS = ("c1", "c2", "c3", "c4", "c5", "c6")
 
 
 def _table(tmp_path: Path) -> Experiment:
@@ -28,14 +28,15 @@ def _table(tmp_path: Path) -> Experiment:
                       seeds=(0, 1, 2), folder="tiny", results="tiny.md")
 
 
-def _write_runs(exp: Experiment, runs_root: Path, accuracy: dict[str, float]) -> None:
+def _write_runs(exp: Experiment, runs_root: Path, accuracy: dict[str, float],
+                clients: tuple[str, ...] = CLIENTS) -> None:
     """Run folders of ``exp`` whose metrics.csv give each client ``accuracy[method]`` plus a
     per-(seed, client) offset, at rounds 0 and 3 (round 3 the best)."""
     for method, cfg, where in plan(exp, runs_root / "tiny", None):
         where.mkdir(parents=True, exist_ok=True)
         (where / "config.yaml").write_text(dump_config(cfg))
         rows = ["round,client,view,split,n,n_train,accuracy,macro_f1,auc"]
-        for k, client in enumerate(CLIENTS):
+        for k, client in enumerate(clients):
             acc = accuracy[method] + 0.01 * k + 0.005 * cfg.seed
             rows += [f"0,{client},personalized,test,10,20,0.1,0.1,0.5",
                      f"3,{client},personalized,test,10,20,{acc},{acc - 0.1},0.9"]
@@ -57,7 +58,7 @@ def test_a_verdict_follows_the_numbers_and_flips_when_the_runs_are_swapped(tmp_p
     got = _verdict(exp, tmp_path)
     assert got.verdict == cl.HOLDS
     (_, _, test), = got.tests
-    assert test.n == 12 and test.effect == pytest.approx(20.0) and test.low > 0 and test.p < 0.05
+    assert test.n == 6 and test.effect == pytest.approx(20.0) and test.low > 0 and test.p < 0.05  # 6 clients
     assert got.runs == {"fedavg": "s0 (3/3), s1 (3/3), s2 (3/3)", "local": "s0 (3/3), s1 (3/3), s2 (3/3)"}
     assert got.line.startswith("stops: the verdict is clear at this budget (holds)")
     runs = tmp_path / "runs" / "tiny"
@@ -78,7 +79,7 @@ def test_a_run_short_of_its_rounds_decides_nothing(tmp_path):
     _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6})
     (tmp_path / "runs" / "tiny" / "local-s1" / "rounds.csv").write_text("round\n1\n")
     got = _verdict(exp, tmp_path)
-    assert got.verdict == cl.HOLDS and got.tests[0][2].n == 8  # seeds 0 and 2: local's s1 left out
+    assert got.verdict == cl.HOLDS and got.tests[0][2].n == 6  # over seeds 0 and 2: local's s1 left out
     assert "left out, short of their planned rounds: local s1" in got.reason
     assert got.runs["local"] == "s0 (3/3), s1 (1/3), s2 (3/3)"
     for seed in (0, 2):
@@ -95,20 +96,25 @@ def test_a_run_short_of_its_rounds_decides_nothing(tmp_path):
 def test_lower_is_better_metrics_turn_the_direction():
     import pandas as pd
 
-    a = {0: pd.Series([2.0, 3.0], index=["c1", "c2"]), 1: pd.Series([1.0], index=["c1"])}
-    b = {0: pd.Series([4.0, 1.0, 9.0], index=["c2", "c1", "c3"]), 2: pd.Series([0.0], index=["c1"])}
-    # paired by (seed, client): seeds 0 only (seed 1 and 2 lack a partner), clients c1, c2
-    assert cl.paired_differences(a, b, lower_is_better=False).tolist() == [1.0, -1.0]
-    assert cl.paired_differences(a, b, lower_is_better=True).tolist() == [-1.0, 1.0]
+    a = {0: pd.Series([2.0, 3.0], index=["c1", "c2"]), 1: pd.Series([1.0], index=["c1"]),
+         3: pd.Series([5.0], index=["c1"])}
+    b = {0: pd.Series([4.0, 1.0, 9.0], index=["c2", "c1", "c3"]), 2: pd.Series([0.0], index=["c1"]),
+         3: pd.Series([7.0], index=["c1"])}
+    # paired by (seed, client) at seeds 0 and 3 (seeds 1 and 2 lack a partner), then one value per
+    # client: c1 the mean of 2 - 1 and 5 - 7, c2 (seed 0 only) 3 - 4
+    assert cl.paired_differences(a, b, lower_is_better=False).tolist() == [-0.5, -1.0]
+    assert cl.paired_differences(a, b, lower_is_better=True).tolist() == [0.5, 1.0]
 
 
 def test_too_few_pairs_or_missing_runs_are_inconclusive_and_missing_data_not_testable(tmp_path):
     exp = _table(tmp_path)
     one_seed = Experiment(**{**exp.__dict__, "seeds": (0,)})
-    _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6})
+    _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6}, clients=CLIENTS[:4])
     two = cl.Claim(**{**CLAIM.__dict__})
     got = cl.evaluate(two, tmp_path / "runs", tmp_path, tmp_path / "data", {exp.key: one_seed})
-    assert got.verdict == cl.OPEN and got.tests[0][2].n == 4  # one seed of 4 clients: under MIN_PAIRS
+    assert got.verdict == cl.OPEN and got.tests[0][2].n == 4  # 4 clients: under MIN_PAIRS
+    more_seeds = _verdict(exp, tmp_path)  # seeds add no clients
+    assert more_seeds.verdict == cl.OPEN and more_seeds.tests[0][2].n == 4
     assert got.line.startswith("stops: inconclusive, with every seed the table plans run to its planned rounds")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s0")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "local-s1")
@@ -205,6 +211,7 @@ def test_compare_test_against_adds_the_paired_test_of_each_method(tmp_path):
     md = (out / "table.md").read_text()
     assert "p (Holm)" in md and "two-sided Wilcoxon signed-rank test" in md and "Holm-corrected" in md
     lines = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ")}
-    assert "| reference |" in lines["| fedavg"] and lines["| local"].endswith(" | 12 |")  # 2 seeds x 6 clients
+    assert "| reference |" in lines["| fedavg"] and lines["| local"].endswith(" | 7 |")
+    # 7 clients: each seed trains 6 of the 8 (its held-out 2 differ), each averaged over its seeds
     bad = CliRunner().invoke(app, [*args, "--test-against", "fedprox"])
     assert bad.exit_code != 0 and "error: --test-against 'fedprox' is not one of --methods" in bad.output

@@ -98,7 +98,8 @@ def compare(
     slurm: SlurmOpt = None,
     test_against: Annotated[str | None, typer.Option(help="a method of --methods: test each other method against "
                                                           "it on evaluation.best_metric, paired by (seed, client) "
-                                                          "(Wilcoxon, Holm-corrected; bootstrap interval)")] = None,
+                                                          "and averaged per client over the seeds (Wilcoxon, "
+                                                          "Holm-corrected; bootstrap interval)")] = None,
 ) -> None:
     """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV).
 

@@ -129,11 +129,11 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
                 if t else ["reference", "", ""]
             if t:
                 records.append({"method": method, "view": tests["view"], "metric": f"{tests['metric']} vs {tests['reference']}",
-                                "mean": t["effect"], "low": t["low"], "high": t["high"], "p_holm": t["p_holm"], "pairs": t["n"]})
+                                "mean": t["effect"], "low": t["low"], "high": t["high"], "p_holm": t["p_holm"], "clients": t["n"]})
         rows.append("| " + " | ".join(cells) + " |")
     if tests:
         ref = tests["reference"]
-        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "pairs"]
+        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "clients"]
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
         f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
@@ -144,8 +144,9 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
     )
     if tests:
         caption += (f"; Δ: each method minus {tests['reference']} in {tests['view']} {tests['metric']} (positive: better), "
-                    "paired by (seed, client) at the same round, mean with a 95% bootstrap interval "
-                    "(scipy.stats.bootstrap, percentile); p: two-sided Wilcoxon signed-rank test on those pairs "
-                    "(scipy.stats.wilcoxon), Holm-corrected over the methods")
+                    "paired by (seed, client) at the same round and averaged per client over the seeds (a "
+                    "client is one unit: its seeds share its data), mean over clients with a 95% bootstrap "
+                    "interval (scipy.stats.bootstrap, percentile); p: two-sided Wilcoxon signed-rank test on "
+                    "those clients' differences (scipy.stats.wilcoxon), Holm-corrected over the methods")
     md = "\n".join([caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows])
     return md, pd.DataFrame(records)

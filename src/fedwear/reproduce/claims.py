@@ -5,13 +5,15 @@ a statement, its source in the paper, the ``fedwear reproduce`` table whose runs
 comparison in data (``better`` than ``than`` in ``view``'s ``metric``, or a ``chain`` of methods,
 each better than the next). A claim is read off the numbers only: the two methods' per-client
 values are paired by (seed, client) at the round the table's results file reads (each run's best
-or final round, as the table's writer picks it, up to that file's ``--at-round``), and
+or final round, as the table's writer picks it, up to that file's ``--at-round``), and each
+client's differences are averaged over the seeds both methods ran: a client is one unit, since
+its seeds share its data (pairs of one client at several seeds would count it several times). Then
 
-- the effect is the mean paired difference in the claimed direction (the metric's units; points
-  for %), with a 95% percentile interval of ``scipy.stats.bootstrap`` (the (seed, client) pairs
-  resampled together, 9,999 resamples, a fixed seed);
+- the effect is the mean of the clients' differences in the claimed direction (the metric's
+  units; points for %), with a 95% percentile interval of ``scipy.stats.bootstrap`` (clients
+  resampled, 9,999 resamples, a fixed seed);
 - the p-value is ``scipy.stats.wilcoxon``'s, one-sided in the claimed direction, on the same
-  paired differences.
+  differences.
 
 The verdict: *holds* when p < 0.05 and the interval lies above 0; *does not hold* when the
 interval lies below 0 or the opposite one-sided test gives p < 0.05; *inconclusive at this
@@ -52,10 +54,10 @@ ALPHA = 0.05
 MIN_PAIRS = 5
 HOLDS, FAILS, OPEN, UNTESTABLE = "holds", "does not hold", "inconclusive at this budget", "not testable here"
 TEST_TEXT = (
-    "Wilcoxon signed-rank test (`scipy.stats.wilcoxon`, one-sided in the claimed direction) on the paired "
-    "differences; effect = mean paired difference in the claimed direction (positive: as claimed), in the "
-    "metric's units (points for %), with a 95% percentile interval of `scipy.stats.bootstrap` (9,999 resamples "
-    f"of the pairs, fixed seed); holds: p < {ALPHA} and the interval above 0; does not hold: the interval "
+    "Wilcoxon signed-rank test (`scipy.stats.wilcoxon`, one-sided in the claimed direction) on the clients' "
+    "differences; effect = mean of the clients' differences in the claimed direction (positive: as claimed), "
+    "in the metric's units (points for %), with a 95% percentile interval of `scipy.stats.bootstrap` (9,999 "
+    f"resamples of the clients, fixed seed); holds: p < {ALPHA} and the interval above 0; does not hold: the interval "
     f"below 0 or p < {ALPHA} the other way; inconclusive: otherwise, or fewer than {MIN_PAIRS} non-zero "
     "differences"
 )
@@ -79,7 +81,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class PairedTest:
-    """The paired comparison of ``better`` against ``than`` on ``n`` pairs."""
+    """The paired comparison of ``better`` against ``than`` on ``n`` clients."""
 
     n: int
     effect: float
@@ -210,13 +212,14 @@ def paired_test(diffs: np.ndarray) -> PairedTest:
 
 
 def paired_differences(a: dict[int, pd.Series], b: dict[int, pd.Series], lower_is_better: bool) -> np.ndarray:
-    """``a`` minus ``b`` (seed -> per-client values), paired by (seed, client) over the seeds and
-    clients both have, oriented so that positive means ``a`` is better."""
-    out = []
-    for seed in sorted(set(a) & set(b)):
-        joined = pd.concat([a[seed].rename("a"), b[seed].rename("b")], axis=1, join="inner").sort_index()
-        out.extend((joined["a"] - joined["b"]).to_numpy())
-    d = np.array(out, float)
+    """Per client (sorted by name), ``a`` minus ``b`` (seed -> per-client values) paired by (seed,
+    client), averaged over the seeds both have that client at; oriented so that positive means
+    ``a`` is better. One value per client: a client's seeds share its data, so they are not
+    independent pairs."""
+    by_seed = [a[seed] - b[seed] for seed in sorted(set(a) & set(b))]  # aligned on client, NaN where one lacks it
+    if not by_seed:
+        return np.array([])
+    d = pd.concat(by_seed).dropna().groupby(level=0).mean().sort_index().to_numpy(float)
     return -d if lower_is_better else d
 
 
@@ -351,9 +354,10 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
         "after runs change.", "",
         "Pairing: each claim's two methods are paired by (seed, client), at the round the table's results file "
         "reads (each run's best round, or its final round for the forecasting tables and Meta-HAR's shape; up to "
-        f"the `--at-round` that file names), test split, one value per client (unweighted). Test: {TEST_TEXT}. "
-        "Clients recur across seeds, so pairs of one client are not independent: read p as the evidence over "
-        "this protocol's clients, not over new ones. Runs: each method's seeds, with the rounds each ran / "
+        "the `--at-round` that file names), test split, one value per client (unweighted); each client's "
+        "differences are averaged over the seeds both methods ran, so n counts clients: a client's seeds share "
+        f"its data and are not independent pairs. Test: {TEST_TEXT}. Read p as the evidence over this "
+        "protocol's clients, not over new ones. Runs: each method's seeds, with the rounds each ran / "
         "planned; a run short of its planned rounds is left out where its method has finished seeds, and a "
         "method with no finished run makes its comparisons inconclusive. Line: whether the claim's runs stop "
         "(its verdict is clear at this budget, the rank test and the interval agreeing, or it stays undecided "
@@ -382,7 +386,7 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
                 lines.append(f"- {'Read' if o.tests else 'Why'}: {o.reason}")
             for a, b, t in o.tests or []:
                 digits = 2 if c.metric in KIND_METRICS["classification"] else 3
-                lines.append(f"- {a} vs {b}: n = {t.n} pairs, effect {_num(t.effect, digits)} "
+                lines.append(f"- {a} vs {b}: n = {t.n} clients, effect {_num(t.effect, digits)} "
                              f"[{_num(t.low, digits)}, {_num(t.high, digits)}], p = {_p(t.p)}"
                              + (f" (the other way: {_p(t.p_other)})" if t.verdict == FAILS and t.high >= 0 else "")
                              + f": {t.verdict}"
@@ -400,9 +404,10 @@ def tests_against(runs: dict[str, list[tuple[dict, Path]]], reference: str, sele
                   cfg: RunConfig) -> dict:
     """``fedwear compare --test-against``: each method against ``reference`` on
     ``evaluation.best_metric`` (view.metric), paired by (seed, client) at each run's ``select``
-    (final or best) round; ``runs``: method -> (summary, run folder) of each seed. Per method the
-    mean paired difference (positive: better than the reference), its bootstrap interval, and the
-    two-sided Wilcoxon p-value with Holm's correction over the methods."""
+    (final or best) round and averaged per client over the seeds (:func:`paired_differences`);
+    ``runs``: method -> (summary, run folder) of each seed. Per method the mean of the clients'
+    differences (positive: better than the reference), its bootstrap interval, and the two-sided
+    Wilcoxon p-value with Holm's correction over the methods."""
     view, _, metric = cfg.evaluation.best_metric.partition(".")
     scale = 100.0 if metric in KIND_METRICS["classification"] else 1.0
 
