@@ -106,13 +106,13 @@ def test_lower_is_better_metrics_turn_the_direction():
     assert cl.paired_differences(a, b, lower_is_better=True).tolist() == [0.5, 1.0]
 
 
-def test_too_few_pairs_or_missing_runs_are_inconclusive_and_missing_data_not_testable(tmp_path):
+def test_too_few_clients_or_missing_runs_are_inconclusive_and_missing_data_not_testable(tmp_path):
     exp = _table(tmp_path)
     one_seed = Experiment(**{**exp.__dict__, "seeds": (0,)})
     _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6}, clients=CLIENTS[:4])
     two = cl.Claim(**{**CLAIM.__dict__})
     got = cl.evaluate(two, tmp_path / "runs", tmp_path, tmp_path / "data", {exp.key: one_seed})
-    assert got.verdict == cl.OPEN and got.tests[0][2].n == 4  # 4 clients: under MIN_PAIRS
+    assert got.verdict == cl.OPEN and got.tests[0][2].n == 4  # 4 clients: under MIN_CLIENTS
     more_seeds = _verdict(exp, tmp_path)  # seeds add no clients
     assert more_seeds.verdict == cl.OPEN and more_seeds.tests[0][2].n == 4
     assert got.line.startswith("stops: inconclusive, with every seed the table plans run to its planned rounds")

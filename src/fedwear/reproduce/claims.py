@@ -17,7 +17,7 @@ its seeds share its data (pairs of one client at several seeds would count it se
 
 The verdict: *holds* when p < 0.05 and the interval lies above 0; *does not hold* when the
 interval lies below 0 or the opposite one-sided test gives p < 0.05; *inconclusive at this
-budget* otherwise, or with fewer than :data:`MIN_PAIRS` non-zero differences (no one-sided
+budget* otherwise, or with fewer than :data:`MIN_CLIENTS` non-zero differences (no one-sided
 Wilcoxon test of fewer can reach 0.05), and when no run of a method the claim needs is there yet (or
 only runs of an earlier config of its table); *not testable here* when the paper's dataset is not in
 the data folder, or its table has no row of a method. Runs short of their planned rounds are
@@ -51,14 +51,14 @@ PAPERS = ("protohar", "pcfedh", "fedali", "metahar", "fedmat")
 #: The significance level of every test.
 ALPHA = 0.05
 #: The fewest non-zero paired differences a one-sided Wilcoxon test can reach p < 0.05 with (1/32).
-MIN_PAIRS = 5
+MIN_CLIENTS = 5
 HOLDS, FAILS, OPEN, UNTESTABLE = "holds", "does not hold", "inconclusive at this budget", "not testable here"
 TEST_TEXT = (
     "Wilcoxon signed-rank test (`scipy.stats.wilcoxon`, one-sided in the claimed direction) on the clients' "
     "differences; effect = mean of the clients' differences in the claimed direction (positive: as claimed), "
     "in the metric's units (points for %), with a 95% percentile interval of `scipy.stats.bootstrap` (9,999 "
     f"resamples of the clients, fixed seed); holds: p < {ALPHA} and the interval above 0; does not hold: the interval "
-    f"below 0 or p < {ALPHA} the other way; inconclusive: otherwise, or fewer than {MIN_PAIRS} non-zero "
+    f"below 0 or p < {ALPHA} the other way; inconclusive: otherwise, or fewer than {MIN_CLIENTS} non-zero "
     "differences"
 )
 
@@ -197,7 +197,7 @@ def paired_test(diffs: np.ndarray) -> PairedTest:
     d = np.asarray(diffs, float)
     n = len(d)
     effect = float(d.mean()) if n else float("nan")
-    if np.count_nonzero(d) < MIN_PAIRS:
+    if np.count_nonzero(d) < MIN_CLIENTS:
         return PairedTest(n, effect, float("nan"), float("nan"), float("nan"), float("nan"), OPEN)
     low, high = interval(d)
     p = float(stats.wilcoxon(d, alternative="greater").pvalue)
@@ -390,7 +390,7 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
                              f"[{_num(t.low, digits)}, {_num(t.high, digits)}], p = {_p(t.p)}"
                              + (f" (the other way: {_p(t.p_other)})" if t.verdict == FAILS and t.high >= 0 else "")
                              + f": {t.verdict}"
-                             + (f" (fewer than {MIN_PAIRS} non-zero differences)" if np.isnan(t.p) else ""))
+                             + (f" (fewer than {MIN_CLIENTS} non-zero differences)" if np.isnan(t.p) else ""))
             if o.line:
                 lines.append(f"- Line: {o.line}")
             lines.append("")
