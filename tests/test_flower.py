@@ -172,11 +172,11 @@ def test_client_state_lives_in_context_state(tmp_path):
 
 
 #: What Ray adds to the grid test above is the process boundary (client code in Ray actors, its
-#: state carried in Context across them), so one method of each kind of state and task runs
-#: there: FedAvg (none), FedAvg with central DP (Flower's DP wrapper), ProtoHAR (client heads
-#: and prototypes), PCFedH (regression, a clustering phase), Meta-HAR (meta-test users) and
-#: FedMAT (per-client masks, budgets). Every method's messages are the grid test's.
-RAY_METHODS = ["fedavg", "fedavg+dp", "protohar", "pcfedh", "metahar", "fedmat"]
+#: state carried in Context across them), so one method of each kind runs there: FedAvg with
+#: central DP (Flower's DP wrapper around FedAvg), PCFedH (regression, a clustering phase) and
+#: Meta-HAR (personal heads kept across rounds, meta-test users). Plain FedAvg on Ray, on a
+#: cluster, is tests/test_cluster.py's; every method's messages are the grid test's.
+RAY_METHODS = ["fedavg+dp", "pcfedh", "metahar"]
 
 
 @pytest.mark.ray

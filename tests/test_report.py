@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -368,6 +369,14 @@ def test_broken_run_in_comparison(compare_dir, tmp_path):
     one_line_error(code, err, str(cmp / "local-s1" / "timing.csv"), "lacks the column(s)")
 
 
+def needs_chromium() -> None:
+    """Skip without Chromium; fail where it is required (CI sets FEDWEAR_REQUIRE_CHROMIUM=1)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("FEDWEAR_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"{CHROMIUM} is required here (FEDWEAR_REQUIRE_CHROMIUM=1): apt-get install chromium")
+        pytest.skip("chromium not installed: apt-get install chromium")
+
+
 def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -376,9 +385,9 @@ def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # after CI's apt-get install of Chromium, which runs beside the fast tests
 def test_page_renders_in_chromium(compare_page, tmp_path):
-    if not CHROMIUM.exists():
-        pytest.skip("chromium not installed: apt-get install chromium")
+    needs_chromium()
     # the page alone, away from its PNG files, must still show every image
     alone = tmp_path / "alone" / "index.html"
     alone.parent.mkdir()
@@ -664,8 +673,7 @@ def test_quickstart_comparison_renders_as_a_paper_figure_set(tmp_path):
     """`fedwear compare` of the quickstart config (3 of its methods x 2 seeds on the bundled UCI
     HAPT subset, 2 rounds) and its report in Chromium: every figure there and drawn; then the
     same with one seed per method, whose cells read n = 1 seed."""
-    if not CHROMIUM.exists():
-        pytest.skip("chromium not installed: apt-get install chromium")
+    needs_chromium()
     cmp = tmp_path / "qs"
     res = CliRunner().invoke(app, [
         "compare", "configs/quickstart.yaml", "--methods", "fedavg,local,centralized", "--seeds", "0,1",

@@ -105,3 +105,23 @@ def test_without_a_terminal_progress_is_plain_lines_on_stderr(tmp_path: Path, ca
     lines = plain_lines(capsys.readouterr().err)
     assert [line.split(",")[0] for line in lines if "/4" in line] == [f"fedavg on synthetic: round {r}/4" for r in (1, 2, 3, 4)]
     assert "fedavg on synthetic: round 2: 3 of 3 clients done" in lines
+
+
+def test_each_plain_line_is_one_write(tmp_path: Path, monkeypatch) -> None:
+    """The runs of ``compare --jobs N`` share one stderr: a line written in two pieces (text, then
+    its newline) lets another run's line in between, so each line goes out whole, in one write."""
+    import io
+    import sys
+
+    writes: list[str] = []
+
+    class Recorder(io.StringIO):
+        def write(self, s: str) -> int:
+            writes.append(s)
+            return len(s)
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    fedwear.run(tiny_config(rounds=2), tmp_path / "r", quiet=False)
+    lines = [w for w in writes if w.startswith("fedavg on synthetic: round ")]
+    assert len(lines) == 2 and all(w.endswith("\n") and w.count("\n") == 1 for w in lines), writes
+    assert "\n" not in writes, "a newline written on its own"

@@ -441,7 +441,10 @@ class Progress(Callback):
         return tasks[self.task], tasks[self.clients]
 
     def _line(self, text: str) -> None:
-        print(f"{self._tasks()[0].description}: {text}", file=sys.stderr, flush=True)
+        # one write, newline included: the runs of a parallel grid share this stderr, and print()'s
+        # separate write of the newline lets another run's line in between
+        sys.stderr.write(f"{self._tasks()[0].description}: {text}\n")
+        sys.stderr.flush()
         self.line_at = time.perf_counter()
 
     def _line_due(self) -> bool:
