@@ -167,13 +167,16 @@ def test_grid_workers_end_when_their_parent_is_killed(tmp_path):
     parent.wait()
     rows = root / "local-s0" / "rounds.csv"
     deadline = time.time() + 30
-    while time.time() < deadline and (root / "local-s0" / rundir.LOCK).exists():
-        time.sleep(0.1)
+    while True:  # the lock is free once the worker is gone (its file stays: the worker could not remove it)
+        try:
+            with rundir.RunLock(root / "local-s0"):
+                break
+        except FedwearError:
+            assert time.time() < deadline, "the worker still holds its run folder 30 s after its parent died"
+            time.sleep(0.1)
     written = rows.read_text()
     time.sleep(1.5)
     assert rows.read_text() == written, "a worker is still writing after its parent died"
-    with rundir.RunLock(root / "local-s0"):  # free: the worker is gone
-        pass
 
 
 # --- interrupts ------------------------------------------------------------------------------
