@@ -2,10 +2,12 @@
 and the batched engine, and the first 2 rounds of every packaged config, hash to what they hashed
 when ``tests/golden.json`` was written.
 
-Float results depend on the torch build and the CPU's vector unit, so the hashes hold for the
-torch version and CPU capability written in the file; elsewhere the test says so and skips.
-Rewrite the file (only when a change of numbers is intended, and say why in the commit) with
-``FEDWEAR_WRITE_GOLDEN=1 pytest tests/test_golden.py -m "slow or not slow"``.
+Float results depend on the torch build and the CPU: its vector unit, and its maker's model, whose
+kernels MKL and oneDNN pick (an AVX512 Intel Xeon and an AVX512 AMD EPYC give other bits). The
+file holds one set of hashes per machine (torch version, CPU capability, CPU model name); on a
+machine it has none for, the test says so and skips. Write this machine's set (only when a
+change of numbers is intended, then on every machine listed, and say why in the commit; or to add
+a machine) with ``FEDWEAR_WRITE_GOLDEN=1 pytest tests/test_golden.py -m "slow or not slow"``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 import fedwear
 from fedwear.config import load_config
 from fedwear.methods import METHODS
+from fedwear.version import cpu_model
 from tests.helpers import PHASES, config_for
 
 GOLDEN = Path(__file__).with_name("golden.json")
@@ -42,8 +45,9 @@ CUT = {
 FOLDER = {"stress_predict_hr": "stress_predict"}
 
 
-def machine() -> dict[str, str]:
-    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability()}
+def machine() -> str:
+    """The key of this machine's hashes in the file."""
+    return f"torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | {cpu_model()}"
 
 
 def fingerprint(out: Path) -> str:
@@ -56,17 +60,17 @@ def fingerprint(out: Path) -> str:
 
 @pytest.fixture(scope="module")
 def golden():
-    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {"machine": machine(), "runs": {}}
+    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if WRITE:
         if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker would write the file over the others'
             pytest.fail("write the golden hashes in one process: drop pytest-xdist's -n")
-        recorded["machine"] = machine()
-        yield recorded["runs"]
+        runs = recorded.setdefault(machine(), {})
+        yield runs
         GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
         return
-    if recorded["machine"] != machine():
-        pytest.skip(f"the golden hashes were recorded on {recorded['machine']}, this is {machine()}")
-    yield recorded["runs"]
+    if machine() not in recorded:
+        pytest.skip(f"no golden hashes for this machine ({machine()}); they exist for: {', '.join(recorded)}")
+    yield recorded[machine()]
 
 
 def check(golden: dict, key: str, out: Path) -> None:
