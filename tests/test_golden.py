@@ -64,8 +64,7 @@ def golden():
     if WRITE:
         if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker would write the file over the others'
             pytest.fail("write the golden hashes in one process: drop pytest-xdist's -n")
-        runs = recorded.setdefault(machine(), {})
-        yield runs
+        yield recorded.setdefault(machine(), {})
         GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
         return
     if machine() not in recorded:
