@@ -149,5 +149,5 @@ def _write_claims(table: str | None, root: str | None, runs_root: Path, results:
                             ("--runs-root", runs_root if runs_root != Path("results/runs") else None)])
     target = results or Path("results") / "claims.md"
     papers = {p: cl.paper_claims(p) for p in ([table] if table else cl.PAPERS)}
-    text = cl.write_ledger(papers, target, command, runs_root, Path("results"), Path(root or "../shared/data"))
+    text = cl.write_ledger(papers, target, command, runs_root, Path(root or "../shared/data"))
     return text + f"\nclaims: {target}"

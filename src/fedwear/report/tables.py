@@ -125,15 +125,16 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
                 records.append({"method": method, "view": v, "metric": m, "mean": mean, "std": std, "seeds": len(vals)})
         if tests:
             t = tests["rows"].get(method)
-            cells += [f"{t['effect']:+.3g} [{t['low']:+.3g}, {t['high']:+.3g}]", f"{t['p_holm']:.3g}", str(t["n"])] \
-                if t else ["reference", "", ""]
+            cells += [f"{t['effect']:+.3g} [{t['low']:+.3g}, {t['high']:+.3g}]", f"{t['p_holm']:.3g}",
+                      f"{t['seeds']} x {t['n']}"] if t else ["reference", "", ""]
             if t:
                 records.append({"method": method, "view": tests["view"], "metric": f"{tests['metric']} vs {tests['reference']}",
-                                "mean": t["effect"], "low": t["low"], "high": t["high"], "p_holm": t["p_holm"], "clients": t["n"]})
+                                "mean": t["effect"], "low": t["low"], "high": t["high"], "p_holm": t["p_holm"], "clients": t["n"],
+                                "seeds": t["seeds"]})
         rows.append("| " + " | ".join(cells) + " |")
     if tests:
         ref = tests["reference"]
-        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "clients"]
+        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "seeds x clients"]
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
         f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
@@ -144,9 +145,9 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
     )
     if tests:
         caption += (f"; Δ: each method minus {tests['reference']} in {tests['view']} {tests['metric']} (positive: better), "
-                    "paired by (seed, client) at the same round and averaged per client over the seeds (a "
-                    "client is one unit: its seeds share its data), mean over clients with a 95% bootstrap "
-                    "interval (scipy.stats.bootstrap, percentile); p: two-sided Wilcoxon signed-rank test on "
-                    "those clients' differences (scipy.stats.wilcoxon), Holm-corrected over the methods")
+                    "paired by (seed, client) at the same round, the mean of the clients' seed-averaged differences "
+                    f"with its 95% interval; test: {tests['test']}, as `fedwear reproduce --claims` tests claims "
+                    "(seeds replicate training, clients are the test population; one seed decides nothing: p n/a), "
+                    "two-sided p Holm-corrected over the methods")
     md = "\n".join([caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows])
     return md, pd.DataFrame(records)

@@ -1,73 +1,73 @@
-"""The papers' central claims, tested on the run folders: ``fedwear reproduce --claims``.
+"""The papers' claims, tested on the run folders: ``fedwear reproduce --claims``.
 
-Each paper's ``reproduce/papers/<paper>.yaml`` registers its claims beside its tables (``claims:``):
-a statement, its source in the paper, the ``fedwear reproduce`` table whose runs test it, and the
-comparison in data (``better`` than ``than`` in ``view``'s ``metric``, or a ``chain`` of methods,
-each better than the next). A claim is read off the numbers only: the two methods' per-client
-values are paired by (seed, client) at the round the table's results file reads (each run's best
-or final round, as the table's writer picks it, up to that file's ``--at-round``), and each
-client's differences are averaged over the seeds both methods ran: a client is one unit, since
-its seeds share its data (pairs of one client at several seeds would count it several times). Then
+Each paper's ``reproduce/papers/<paper>.yaml`` registers the paper's headline claims (``claims:``)
+and fedwear's own (``own_claims:``, e.g. the leakage-free protocols) beside its tables: a statement
+in the paper's words, its source with the paper's numbers, the ``fedwear reproduce`` table whose
+runs test it, and the comparison in data (``better`` than ``than`` in ``view``'s ``metric``, a
+``chain`` of methods, each better than the next, an optional non-inferiority ``margin``, ``average``
+for one comparison against the baselines' per-client mean, or ``rounds_to`` for a convergence
+claim). Everything a verdict reads comes from the registry and the runs: the table's run folder,
+its planned seeds and rounds; no text in a results file can move one.
 
-- the effect is the mean of the clients' differences in the claimed direction (the metric's
-  units; points for %), with a 95% percentile interval of ``scipy.stats.bootstrap`` (clients
-  resampled, 9,999 resamples, a fixed seed);
-- the p-value is ``scipy.stats.wilcoxon``'s, one-sided in the claimed direction, on the same
-  differences.
-
-The verdict: *holds* when p < 0.05 and the interval lies above 0; *does not hold* when the
-interval lies below 0 or the opposite one-sided test gives p < 0.05; *inconclusive at this
-budget* otherwise, or with fewer than :data:`MIN_CLIENTS` non-zero differences (no one-sided
-Wilcoxon test of fewer can reach 0.05), and when no run of a method the claim needs is there yet (or
-only runs of an earlier config of its table); *not testable here* when the paper's dataset is not in
-the data folder, or its table has no row of a method. Runs short of their planned rounds are
-compared with nothing: left out where the method has finished seeds, and where it has none, its
-comparisons stay inconclusive whatever their p. A claim of several comparisons holds
-when every one holds (each at 0.05: all must hold, so no correction is needed) and does not hold
-when one does not.
+A claim is read off the numbers only. Each run is read at its final round, or at its best round
+chosen on the validation split where the run has one (never on test; the effect at each run's
+best round on test, as the papers select, is shown beside it, marked). The two methods' per-client
+values are paired by (seed, client) and tested by :func:`fedwear.reproduce.seed_test.seed_client_test`,
+whose variance holds the seeds (replicates of training) and the clients (the test population);
+its false-decision rate on placebo comparisons and in simulation is measured by
+:mod:`fedwear.reproduce.calibration` and written into the ledger. Each comparison is decided either
+way with the same evidence: its two-sided p, Holm-adjusted over the claim's comparisons, below
+:data:`ALPHA`, the mean's sign saying which way. A claim *holds* when every comparison is decided
+as claimed, *does not hold* when one is decided the other way, and is *inconclusive at this
+budget* otherwise (saying which way its means lie), or while a method it needs has no run at its
+planned rounds; *not testable here* when the paper's dataset is not in the data folder, or no table
+here runs its methods. A claim's line of runs stops only when every seed the table plans has run
+to its planned rounds.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from fedwear.config import KIND_METRICS, RunConfig, task_kind
 from fedwear.errors import ConfigError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, plan
+from fedwear.reproduce.calibration import (
+    CANDIDATES,
+    REPLICATES,
+    SIM_SEEDS,
+    components,
+    paper_effect,
+    placebo,
+    simulate,
+)
 from fedwear.reproduce.run_files import matching_metrics, of_another_config, rounds_run
+from fedwear.reproduce.seed_test import ALPHA, TEST_NAME, TEST_TEXT, SeedTest, seed_client_test
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
 
 PAPERS = ("protohar", "pcfedh", "fedali", "metahar", "fedmat")
-#: The significance level of every test.
-ALPHA = 0.05
-#: The fewest non-zero paired differences a one-sided Wilcoxon test can reach p < 0.05 with (1/32).
-MIN_CLIENTS = 5
 HOLDS, FAILS, OPEN, UNTESTABLE = "holds", "does not hold", "inconclusive at this budget", "not testable here"
-TEST_TEXT = (
-    "Wilcoxon signed-rank test (`scipy.stats.wilcoxon`, one-sided in the claimed direction) on the clients' "
-    "differences; effect = mean of the clients' differences in the claimed direction (positive: as claimed), "
-    "in the metric's units (points for %), with a 95% percentile interval of `scipy.stats.bootstrap` (9,999 "
-    f"resamples of the clients, fixed seed); holds: p < {ALPHA} and the interval above 0; does not hold: the interval "
-    f"below 0 or p < {ALPHA} the other way; inconclusive: otherwise, or fewer than {MIN_CLIENTS} non-zero "
-    "differences"
-)
 
 
 @dataclass(frozen=True)
 class Claim:
     """One registered claim: ``comparisons`` are (better, than) pairs of method names (``better``
-    and ``than`` may each list several: every one of ``better`` against every one of ``than``); a name
-    ``method@budget`` reads that method's ``view@budget`` (a fine-tuning budget's view)."""
+    and ``than`` may each list several: every one of ``better`` against every one of ``than``, or
+    with ``average`` one comparison against the per-client mean of the ``than`` methods, named
+    ``a+b+...``); a name ``method@budget`` reads that method's ``view@budget`` (a fine-tuning
+    budget's view). ``margin`` makes it a non-inferiority claim (``better`` no worse than ``than`` by
+    more than ``margin``, in the metric's units); ``rounds_to`` a convergence claim (``better``
+    reaches the best mean ``metric`` of method ``rounds_to`` in fewer rounds than ``than``);
+    ``own``: fedwear's claim, not the paper's."""
 
     id: str
     statement: str
@@ -77,23 +77,27 @@ class Claim:
     comparisons: tuple[tuple[str, str], ...]
     experiment: str | None = None
     dataset: str | None = None
+    margin: float = 0.0
+    rounds_to: str | None = None
+    own: bool = False
 
 
 @dataclass(frozen=True)
-class PairedTest:
-    """The paired comparison of ``better`` against ``than`` on ``n`` clients."""
+class Comparison:
+    """One comparison of a claim: the test, its Holm-adjusted p over the claim's comparisons, its
+    verdict, and the effect at each run's best round on test (the papers' selection), for show."""
 
-    n: int
-    effect: float
-    low: float
-    high: float
-    p: float
-    p_other: float
+    better: str
+    than: str
+    test: SeedTest
+    p_holm: float
     verdict: str
+    effect_on_test: float | None = None
+    frame: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # the differences tested
 
 
-def parse_claims(entries: list[dict], where: str) -> list[Claim]:
-    """The ``claims:`` list of a papers yaml (``where`` names it in errors)."""
+def parse_claims(entries: list[dict], where: str, own: bool = False) -> list[Claim]:
+    """The ``claims:`` (or, ``own``, the ``own_claims:``) list of a papers yaml (``where`` names it in errors)."""
     out = []
     for i, e in enumerate(entries):
         name = e.get("id", f"#{i + 1}") if isinstance(e, dict) else f"#{i + 1}"
@@ -107,7 +111,8 @@ def parse_claims(entries: list[dict], where: str) -> list[Claim]:
             pairs = list(zip(chain, chain[1:], strict=False))
         elif "better" in e and "than" in e:
             better, than = ([e[k]] if isinstance(e[k], str) else list(e[k]) for k in ("better", "than"))
-            pairs = [(b, t) for b in better for t in than]
+            pairs = ([(b, "+".join(than)) for b in better] if e.get("average") else
+                     [(b, t) for b in better for t in than])
         else:
             raise ConfigError(f"{where}: claim {name} needs better and than, or a chain of methods")
         if not pairs:
@@ -117,62 +122,87 @@ def parse_claims(entries: list[dict], where: str) -> list[Claim]:
                               f"{', '.join(sorted(EXPERIMENTS))}")
         if e.get("experiment") is None and e.get("dataset") is None:
             raise ConfigError(f"{where}: claim {name} names neither an experiment nor the dataset it needs")
+        margin = e.get("margin", 0.0)
+        if not isinstance(margin, int | float) or isinstance(margin, bool) or margin < 0:
+            raise ConfigError(f"{where}: claim {name}: margin {margin!r} is not a number >= 0 (in the metric's units)")
         out.append(Claim(id=str(e["id"]), statement=e["statement"], source=e["source"], view=e["view"],
                          metric=e["metric"], comparisons=tuple((str(a), str(b)) for a, b in pairs),
-                         experiment=e.get("experiment"), dataset=e.get("dataset")))
+                         experiment=e.get("experiment"), dataset=e.get("dataset"), margin=float(margin),
+                         rounds_to=e.get("rounds_to"), own=own))
     return out
 
 
 def paper_claims(paper: str) -> list[Claim]:
-    """The claims registered in ``reproduce/papers/<paper>.yaml``."""
+    """The claims registered in ``reproduce/papers/<paper>.yaml``: the paper's, then fedwear's own."""
     text = (resources.files("fedwear.reproduce") / "papers" / f"{paper}.yaml").read_text()
-    return parse_claims(yaml.safe_load(text).get("claims", []), f"papers/{paper}.yaml")
+    data = yaml.safe_load(text)
+    return (parse_claims(data.get("claims", []), f"papers/{paper}.yaml")
+            + parse_claims(data.get("own_claims", []), f"papers/{paper}.yaml", own=True))
 
 
-def results_command(exp: Experiment, results_dir: Path) -> tuple[str | None, int | None]:
-    """The run folder's name and the ``--at-round`` the command of ``exp``'s results file names
-    (None for each it does not name, or without that file)."""
-    path = results_dir / exp.results
-    if not path.exists():
-        return None, None
-    for line in path.read_text().splitlines():
-        if line.startswith("Produced by `fedwear reproduce "):
-            words = shlex.split(line.split("`")[1])
-            opt = {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i].startswith("--")}
-            at = opt.get("--at-round")
-            return (Path(opt["--out"]).name if "--out" in opt else None), (int(at) if at else None)
-    return None, None
-
-
-def selected_round(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame, view: str) -> int | dict[str, int] | None:
-    """The round the table's results writer reads ``view`` at: the final round for forecasting
-    tables and Meta-HAR's shape (``budgets``), the best round by ``evaluation.best_metric`` for the
-    others (FedAli's global views, pooled or per client: by the pooled view's own rule; FedAli's
-    Local: each client's own best round)."""
-    if task_kind(cfg) == "regression" or exp.writer == "budgets":
-        return int(metrics["round"].max())
+def selected_round(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame, view: str,
+                   on_test: bool = False) -> int | dict[str, int] | None:
+    """The round ``view`` is read at: the best round chosen on the validation split by the table's
+    rule (``evaluation.best_metric``; FedAli's global views by the pooled view's own rule, FedAli's
+    Local each client's own best round) where the run has that split, else the final round (the
+    last one ``view`` was scored at). ``on_test``: the best round chosen on test, as the papers
+    (and the tables' results files) select, for forecasting tables and Meta-HAR's shape the final."""
+    split = "test" if on_test else "val"
+    if not on_test and not (metrics["split"] == "val").any() or \
+            on_test and (task_kind(cfg) == "regression" or exp.writer == "budgets"):
+        return int(metrics.loc[(metrics["view"] == view) & (metrics["split"] == "test"), "round"].max())
     ev = cfg.evaluation
-    agg = aggregate_metrics(metrics, ev.client_weights)
     if exp.writer == "views" and view in ("global", "global_pooled"):  # the global model's own best round
-        return best_round(agg, ev.best_for.get("global_pooled", "global_pooled.accuracy"), ev.best_split, "mean")
+        rule = ev.best_for.get("global_pooled", "global_pooled.accuracy")
+        return best_round(rule_aggregate(metrics, rule, split, ev.client_weights), rule, split, "mean")
     if exp.writer == "views" and ev.best_statistic == "per_client":
         rule_view, _, metric = ev.best_metric.partition(".")
-        crit = metrics[(metrics["view"] == rule_view) & (metrics["split"] == ev.best_split)].dropna(subset=[metric])
+        crit = metrics[(metrics["view"] == rule_view) & (metrics["split"] == split)].dropna(subset=[metric])
         crit = crit.sort_values(["client", "round"], kind="stable")
         g = crit.groupby("client")[metric]
         pick = g.idxmin() if metric in LOWER_IS_BETTER else g.idxmax()
         return {str(c): int(crit.loc[i, "round"]) for c, i in pick.items()}
-    return best_round(agg, ev.best_metric, ev.best_split, ev.best_statistic)
+    return best_round(rule_aggregate(metrics, ev.best_metric, split, ev.client_weights), ev.best_metric, split,
+                      ev.best_statistic)
 
 
-def client_values(exp: Experiment, cfg: RunConfig, where: Path, view: str, metric: str,
-                  at_round: int | None = None) -> pd.Series | None:
+def rule_aggregate(metrics: pd.DataFrame, rule: str, split: str, weights: str) -> pd.DataFrame:
+    """:func:`~fedwear.summary.aggregate_metrics` of the rows and the metric a rule (view.metric)
+    reads on ``split`` only (the others would be aggregated for nothing)."""
+    view, _, metric = rule.partition(".")
+    rows = metrics[(metrics["view"] == view) & (metrics["split"] == split)]
+    return aggregate_metrics(rows[[c for c in ("round", "client", "view", "split", "n", "n_train", metric)
+                                   if c in rows]], weights)
+
+
+class RunReader:
+    """The run folders as the ledger reads them: each table's plan and each run's ``metrics.csv``
+    read once (a ledger reads the same runs for many claims)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str, Path], list] = {}
+        self._metrics: dict[Path, pd.DataFrame | None] = {}
+
+    def plan(self, exp: Experiment, folder: Path) -> list[tuple[str, RunConfig, Path]]:
+        key = (exp.key, folder)
+        if key not in self._plans:
+            self._plans[key] = plan(exp, folder, None)
+        return self._plans[key]
+
+    def metrics(self, cfg: RunConfig, where: Path) -> pd.DataFrame | None:
+        """``where``'s metrics when it holds a run of ``cfg`` (:func:`matching_metrics`)."""
+        if where not in self._metrics:
+            self._metrics[where] = matching_metrics(cfg, where)
+        return self._metrics[where]
+
+
+def client_values(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame | None, view: str, metric: str,
+                  on_test: bool = False) -> pd.Series | None:
     """Per client, ``view``'s ``metric`` on the test split at the round :func:`selected_round`
-    picks (classification in %); None without numbers of ``cfg`` in ``where``."""
-    metrics = matching_metrics(cfg, where, at_round)
+    picks in the run's ``metrics`` (classification in %); None without numbers."""
     if metrics is None or metric not in metrics:
         return None
-    r = selected_round(exp, cfg, metrics, view)
+    r = selected_round(exp, cfg, metrics, view, on_test)
     rows = metrics[(metrics["view"] == view) & (metrics["split"] == "test")]
     if isinstance(r, dict):
         rows = rows[[r.get(str(c)) == k for c, k in zip(rows["client"], rows["round"], strict=True)]]
@@ -183,44 +213,41 @@ def client_values(exp: Experiment, cfg: RunConfig, where: Path, view: str, metri
     return values if len(values) else None
 
 
-def interval(d: np.ndarray) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of ``d`` (9,999 resamples, a fixed seed, so
-    the same runs give the same file)."""
-    ci = stats.bootstrap((d,), np.mean, confidence_level=0.95, n_resamples=9999, method="percentile",
-                         rng=np.random.default_rng(0)).confidence_interval
-    return float(ci.low), float(ci.high)
+def paired_frame(a: dict[int, pd.Series], b: dict[int, pd.Series], lower_is_better: bool) -> pd.DataFrame:
+    """One row per (seed, client) both ``a`` and ``b`` (seed -> per-client values) have: seed,
+    client and ``a`` minus ``b``, oriented so that positive means ``a`` is better."""
+    rows = [pd.DataFrame({"seed": seed, "client": d.index, "diff": d.to_numpy(float)})
+            for seed in sorted(set(a) & set(b)) if len(d := (a[seed] - b[seed]).dropna())]
+    if not rows:
+        return pd.DataFrame({"seed": pd.Series(dtype=int), "client": pd.Series(dtype=str),
+                             "diff": pd.Series(dtype=float)})
+    frame = pd.concat(rows, ignore_index=True)
+    if lower_is_better:
+        frame["diff"] = -frame["diff"]
+    return frame
 
 
-def paired_test(diffs: np.ndarray) -> PairedTest:
-    """Effect, interval, one-sided p-values and verdict of paired differences oriented so that
-    positive is the claimed direction."""
-    d = np.asarray(diffs, float)
-    n = len(d)
-    effect = float(d.mean()) if n else float("nan")
-    if np.count_nonzero(d) < MIN_CLIENTS:
-        return PairedTest(n, effect, float("nan"), float("nan"), float("nan"), float("nan"), OPEN)
-    low, high = interval(d)
-    p = float(stats.wilcoxon(d, alternative="greater").pvalue)
-    p_other = float(stats.wilcoxon(d, alternative="less").pvalue)
-    if p < ALPHA and low > 0:
-        verdict = HOLDS
-    elif high < 0 or p_other < ALPHA:
-        verdict = FAILS
-    else:
-        verdict = OPEN
-    return PairedTest(n, effect, low, high, p, p_other, verdict)
+def mean_of(values: list[dict[int, pd.Series]]) -> dict[int, pd.Series]:
+    """Per seed, the per-client mean of several methods' values (``average`` claims), at the seeds
+    and clients all of them have."""
+    seeds = set.intersection(*(set(v) for v in values))
+    return {s: pd.concat([v[s] for v in values], axis=1).dropna().mean(axis=1) for s in sorted(seeds)}
 
 
-def paired_differences(a: dict[int, pd.Series], b: dict[int, pd.Series], lower_is_better: bool) -> np.ndarray:
-    """Per client (sorted by name), ``a`` minus ``b`` (seed -> per-client values) paired by (seed,
-    client), averaged over the seeds both have that client at; oriented so that positive means
-    ``a`` is better. One value per client: a client's seeds share its data, so they are not
-    independent pairs."""
-    by_seed = [a[seed] - b[seed] for seed in sorted(set(a) & set(b))]  # aligned on client, NaN where one lacks it
-    if not by_seed:
-        return np.array([])
-    d = pd.concat(by_seed).dropna().groupby(level=0).mean().sort_index().to_numpy(float)
-    return -d if lower_is_better else d
+def decide(tests: list[tuple[str, str, SeedTest]], margin: float) -> list[Comparison]:
+    """Each comparison's verdict: decided either way when its two-sided p, Holm-adjusted over the
+    claim's comparisons (``statsmodels`` ``multipletests``), is below :data:`ALPHA`, the sign of
+    the mean (plus the non-inferiority ``margin``) saying which way."""
+    p = np.array([t.p for _, _, t in tests], float)
+    adjusted = np.full(len(p), np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        adjusted[ok] = multipletests(p[ok], alpha=ALPHA, method="holm")[1]
+    out = []
+    for (a, b, t), q in zip(tests, adjusted, strict=True):
+        verdict = OPEN if not q < ALPHA else HOLDS if t.effect + margin > 0 else FAILS
+        out.append(Comparison(a, b, t, float(q), verdict))
+    return out
 
 
 @dataclass
@@ -231,9 +258,9 @@ class Outcome:
     verdict: str
     folder: Path | None = None
     runs: dict[str, str] | None = None  # method -> "seeds s (rounds ran/planned each)"
-    tests: list[tuple[str, str, PairedTest]] | None = None
+    tests: list[Comparison] | None = None
     reason: str = ""
-    line: str = ""  # whether the claim's runs go on, computed from the verdict and the runs' budget
+    line: str = ""  # whether the claim's runs go on, computed from the runs' budget
 
 
 def _method_view(name: str, view: str) -> tuple[str, str]:
@@ -241,98 +268,145 @@ def _method_view(name: str, view: str) -> tuple[str, str]:
     return method, f"{view}@{budget}" if budget else view
 
 
-def evaluate(claim: Claim, runs_root: Path, results_dir: Path, data_root: Path,
-             experiments: dict[str, Experiment] | None = None) -> Outcome:
-    """Test ``claim`` on the run folders under ``runs_root`` (each table's folder as its results
-    file in ``results_dir`` names it, at that file's ``--at-round``)."""
+def _labels(claim: Claim) -> set[str]:
+    return {m for pair in claim.comparisons for side in pair for m in side.split("+")}
+
+
+def evaluate(claim: Claim, runs_root: Path, data_root: Path,
+             experiments: dict[str, Experiment] | None = None, reader: RunReader | None = None) -> Outcome:
+    """Test ``claim`` on the run folders under ``runs_root`` (each table's folder as the registry
+    names it), each run read as :func:`selected_round` says."""
     experiments = EXPERIMENTS if experiments is None else experiments
+    reader = reader or RunReader()
     if claim.experiment is None:
-        here = data_root / str(claim.dataset).lower()
+        here = data_root / str(claim.dataset).lower().replace("-", "_")
         reason = (f"{claim.dataset} is not in {data_root}" if not here.exists() else
                   f"{claim.dataset} is in {data_root}, but no `fedwear reproduce` table runs "
-                  f"{', '.join(sorted({m for pair in claim.comparisons for m in pair}))} on it")
+                  f"{', '.join(sorted({_method_view(m, claim.view)[0] for m in _labels(claim)}))} on it")
         return Outcome(claim, UNTESTABLE, reason=reason)
     exp = experiments[claim.experiment]
-    name, at_round = results_command(exp, results_dir)
-    folder = runs_root / (name or default_out(exp).name)
-    needed = sorted({_method_view(m, claim.view)[0] for pair in claim.comparisons for m in pair})
+    folder = runs_root / default_out(exp).name
+    labels = _labels(claim) | ({claim.rounds_to} if claim.rounds_to else set())
+    needed = sorted({_method_view(m, claim.view)[0] for m in labels})
     absent = [m for m in needed if m not in exp.methods]
     if absent:
-        return Outcome(claim, UNTESTABLE, folder,
-                       reason=f"{exp.key} has no {', '.join(absent)} row")
-    planned = [r for r in plan(exp, folder, None) if r[0] in needed]
-    values: dict[str, dict[int, pd.Series]] = {}
+        return Outcome(claim, UNTESTABLE, folder, reason=f"{exp.key} has no {', '.join(absent)} row")
+    planned = [r for r in reader.plan(exp, folder) if r[0] in needed]
     runs: dict[str, list[tuple[int, int, int]]] = {}
+    finished: dict[str, dict[int, tuple[RunConfig, Path]]] = {}
     stale: set[str] = set()  # run folders holding a run of another config (the table's config changed since)
-    for label in {m for pair in claim.comparisons for m in pair}:
-        method, view = _method_view(label, claim.view)
-        values[label] = {}
-        for m, cfg, where in planned:
-            if m != method:
-                continue
-            got = client_values(exp, cfg, where, view, claim.metric, at_round)
-            if got is not None:
-                values[label][cfg.seed] = got
-                runs.setdefault(method, []).append((cfg.seed, rounds_run(where, at_round), cfg.rounds))
-            elif of_another_config(cfg, where):
-                stale.add(where.name)
-    missing = sorted(label for label, v in values.items() if not v)
-    run_text = {m: ", ".join(f"s{s} ({r}/{p})" for s, r, p in sorted(set(v))) for m, v in sorted(runs.items())}
+    for m, cfg, where in planned:
+        if reader.metrics(cfg, where) is not None:
+            ran = rounds_run(where)
+            runs.setdefault(m, []).append((cfg.seed, ran, cfg.rounds))
+            if ran >= cfg.rounds:
+                finished.setdefault(m, {})[cfg.seed] = (cfg, where)
+        elif of_another_config(cfg, where):
+            stale.add(where.name)
+    run_text = {m: ", ".join(f"s{s} ({r}/{p})" for s, r, p in sorted(v)) for m, v in sorted(runs.items())}
+    unseeded = {m: sorted(set(exp.more_seeds.get(m, exp.seeds)) - set(finished.get(m, {}))) for m in needed}
+    line = budget_line({m: v for m, v in unseeded.items() if v}, {m for m, v in runs.items() if
+                                                                  any(r < p for _, r, p in v)})
+    if stale and any(unseeded.values()):
+        line += f" (`fedwear reproduce {exp.key} --methods {','.join(m for m in needed if unseeded[m])} --overwrite`: " \
+                f"{', '.join(sorted(stale))} hold runs of an earlier config of the table)"
+    missing = [m for m in needed if not finished.get(m)]
     if missing:
-        todo = sorted({_method_view(m, claim.view)[0] for m in missing})
-        earlier = (f" ({', '.join(sorted(stale))} there: runs of an earlier config of the table, which "
-                   "compare with nothing now)") if stale else ""
-        return Outcome(claim, OPEN, folder, run_text,
-                       reason=f"no run of {', '.join(missing)} with numbers in {folder}{earlier}",
-                       line=f"goes on: run {', '.join(todo)} (`fedwear reproduce {exp.key}"
-                            + (f" --methods {','.join(todo)} --overwrite`)" if stale else "`)"))
+        return Outcome(claim, OPEN, folder, run_text, line=line,
+                       reason=f"no run of {', '.join(missing)} at its planned rounds in {folder}")
+    if claim.rounds_to:
+        return _rounds_outcome(claim, finished, reader, folder, run_text, line)
     lower = claim.metric in LOWER_IS_BETTER
-    # a run short of its budget (its planned rounds, or the results file's --at-round) is not compared
-    # with finished ones: it is left out where its method has finished seeds, and where it has none,
-    # a comparison with it decides nothing yet (inconclusive, whatever its p)
-    unfinished = {m: {s for s, ran, planned in v if ran < min(planned, at_round or planned)} for m, v in runs.items()}
-    short = {m for m, seeds in unfinished.items() if seeds == {s for s, _, _ in runs[m]}}
-    left_out = {m: seeds for m, seeds in unfinished.items() if seeds and m not in short}
-    for label in values:
-        for seed in left_out.get(_method_view(label, claim.view)[0], ()):
-            values[label].pop(seed, None)
+    read: dict[tuple[str, bool], dict[int, pd.Series]] = {}
+    for label in _labels(claim):
+        method, view = _method_view(label, claim.view)
+        for on_test in (False, True):
+            read[label, on_test] = {s: v for s, (cfg, where) in finished[method].items()
+                                    if (v := client_values(exp, cfg, reader.metrics(cfg, where), view, claim.metric, on_test))
+                                    is not None}
+
+    def side(name: str, on_test: bool) -> dict[int, pd.Series]:
+        parts = name.split("+")
+        return read[name, on_test] if len(parts) == 1 else mean_of([read[p, on_test] for p in parts])
+
+    frames = [paired_frame(side(a, False), side(b, False), lower) for a, b in claim.comparisons]
+    tests = [(a, b, seed_client_test(f, claim.margin)) for (a, b), f in zip(claim.comparisons, frames, strict=True)]
+    comparisons = []
+    for c, frame in zip(decide(tests, claim.margin), frames, strict=True):
+        on_test = paired_frame(side(c.better, True), side(c.than, True), lower)
+        comparisons.append(replace(c, frame=frame, effect_on_test=float(
+            on_test.groupby("client")["diff"].mean().mean()) if len(on_test) else None))
+    return Outcome(claim, verdict_of(comparisons), folder, run_text, comparisons, line=line)
+
+
+def verdict_of(comparisons: list[Comparison]) -> str:
+    """A claim's verdict from its comparisons': does not hold when one is decided against it,
+    holds when every one is decided for it, inconclusive otherwise."""
+    verdicts = {c.verdict for c in comparisons}
+    return FAILS if FAILS in verdicts else OPEN if OPEN in verdicts or not verdicts else HOLDS
+
+
+def rounds_to_reach(metrics: pd.DataFrame, view: str, metric: str, target: float, weights: str) -> int | None:
+    """The first round at which ``view``'s mean ``metric`` over clients (test split, weighted as the
+    run's ``evaluation.client_weights``) reaches ``target``; None when it never does."""
+    agg = rule_aggregate(metrics, f"{view}.{metric}", "test", weights)
+    crit = agg[agg["metric"] == metric].sort_values("round")
+    reached = crit["round"][crit["weighted"] <= target] if metric in LOWER_IS_BETTER else \
+        crit["round"][crit["weighted"] >= target]
+    return int(reached.iloc[0]) if len(reached) else None
+
+
+def _rounds_outcome(claim: Claim, finished: dict[str, dict[int, tuple[RunConfig, Path]]], reader: RunReader,
+                    folder: Path, run_text: dict[str, str], line: str) -> Outcome:
+    """A convergence claim (``rounds_to``): per seed, the rounds ``better`` and ``than`` need to
+    reach the best mean ``metric`` that ``rounds_to`` reaches at that seed (the papers' Table III
+    rule), compared as log(rounds of ``than`` / rounds of ``better``) over the seeds, each seed one
+    difference (a run that never reaches it counts its planned rounds + 1: a lower bound)."""
+    target_runs = finished[str(claim.rounds_to)]
+    per_seed: list[dict] = []
+    notes = []
+    for seed, (cfg, where) in sorted(target_runs.items()):
+        metrics = reader.metrics(cfg, where)
+        agg = rule_aggregate(metrics, f"{claim.view}.{claim.metric}", "test", cfg.evaluation.client_weights)
+        crit = agg[agg["metric"] == claim.metric]["weighted"]
+        target = crit.min() if claim.metric in LOWER_IS_BETTER else crit.max()
+        rounds = {}
+        for a, b in claim.comparisons:
+            for m in (a, b):
+                if seed in finished[m] and m not in rounds:
+                    c, w = finished[m][seed]
+                    got = rounds_to_reach(reader.metrics(c, w), claim.view, claim.metric, target,
+                                          c.evaluation.client_weights)
+                    if got is None:
+                        notes.append(f"{m} s{seed} never reached it ({c.rounds} rounds)")
+                    rounds[m] = got if got is not None else c.rounds + 1
+        per_seed.append({"seed": seed, **rounds})
+    frame = pd.DataFrame(per_seed)
     tests = []
     for a, b in claim.comparisons:
-        test = paired_test(paired_differences(values[a], values[b], lower))
-        if {_method_view(a, claim.view)[0], _method_view(b, claim.view)[0]} & short and test.verdict != OPEN:
-            test = replace(test, verdict=OPEN)
-        tests.append((a, b, test))
-    verdicts = {t.verdict for _, _, t in tests}
-    verdict = FAILS if FAILS in verdicts else OPEN if OPEN in verdicts else HOLDS
-    notes = [f"at round {at_round} (`--at-round` of {exp.results})"] if at_round else []
-    if left_out:
-        notes.append("left out, short of their planned rounds: " + "; ".join(
-            f"{m} {', '.join(f's{s}' for s in sorted(seeds))}" for m, seeds in sorted(left_out.items())))
-    if short:
-        notes.append(f"{', '.join(sorted(short))} ran fewer rounds than planned: a comparison with them is "
-                     "inconclusive at this budget, whatever its p")
-    unseeded = {m: sorted(set(exp.more_seeds.get(m, exp.seeds)) - {s for s, _, _ in runs.get(m, [])})
-                for m in needed}
-    # clear: the rank test and the interval agree (a "does not hold" from the rank test alone, its
-    # interval across 0, is worth the runs the table still plans)
-    clear = verdict == HOLDS or any(t.verdict == FAILS and t.high < 0 for _, _, t in tests)
-    return Outcome(claim, verdict, folder, run_text, tests, reason="; ".join(notes),
-                   line=budget_line(verdict, clear, short | set(left_out), {m: v for m, v in unseeded.items() if v}))
+        both = frame.dropna(subset=[a, b])
+        d = pd.DataFrame({"seed": both["seed"], "client": both["seed"], "diff": np.log(both[b] / both[a])})
+        tests.append((a, b, replace(seed_client_test(d), design="per seed")))
+    comparisons = decide(tests, 0.0)
+    shown = "; ".join(f"s{r['seed']}: " + ", ".join(f"{m} {int(v)}" for m, v in r.items() if m != "seed" and v == v)
+                      for r in per_seed)
+    reason = (f"rounds to reach {claim.rounds_to}'s best mean {claim.view} {claim.metric} of the same seed: {shown}; "
+              "effect: the mean over seeds of log(rounds of the slower-claimed / rounds of the faster-claimed), "
+              "log(2) = 0.693 for twice as fast")
+    if notes:
+        reason += f" ({'; '.join(notes)}: counted as planned rounds + 1)"
+    return Outcome(claim, verdict_of(comparisons), folder, run_text, comparisons, reason=reason, line=line)
 
 
-def budget_line(verdict: str, clear: bool, unfinished: set[str], unseeded: dict[str, list[int]]) -> str:
-    """Whether a claim's line of runs stops (when its verdict is clear at this budget, or stays
-    undecided with every seed the table plans run to its planned rounds) or what would decide
-    it: the unfinished runs of these methods to finish and the table's seeds to add."""
-    if clear:
-        return f"stops: the verdict is clear at this budget ({verdict}); no further runs needed"
-    todo = [f"finish the runs of {', '.join(sorted(unfinished))} (their planned rounds)"] if unfinished else []
-    todo += [f"run {m} at seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}" for m, v in sorted(unseeded.items())]
-    if todo:
-        return "goes on: " + "; ".join(todo)
-    undecided = "inconclusive" if verdict == OPEN else f"{verdict} by the rank test alone (its interval spans 0)"
-    return (f"stops: {undecided}, with every seed the table plans run to its planned rounds; settling it would "
-            "take more seeds or clients than this protocol has")
+def budget_line(unseeded: dict[str, list[int]], unfinished: set[str]) -> str:
+    """Whether a claim's line of runs stops (every seed the table plans run to its planned rounds)
+    or which runs it still needs: the table's seeds without a finished run, per method."""
+    if not unseeded:
+        return "stops: every seed the table plans has run to its planned rounds"
+    todo = [f"{m} at seed{'s' * (len(v) > 1)} {', '.join(map(str, v))}" for m, v in sorted(unseeded.items())]
+    going = sorted(m for m in unfinished if m in unseeded)
+    return ("goes on: run " + "; ".join(todo)
+            + (f" (runs of {', '.join(going)} under way: resume them)" if going else ""))
 
 
 def _num(x: float, digits: int) -> str:
@@ -343,71 +417,179 @@ def _p(p: float) -> str:
     return "n/a" if np.isnan(p) else f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
+def _direction(c: Comparison, margin: float) -> str:
+    """Which way an undecided comparison's mean lies, against the claim."""
+    if c.test.seeds < 2:
+        return ("one seed in common: the test cannot see the seed-to-seed variance and decides nothing; "
+                f"its mean lies {'as claimed' if c.test.effect + margin > 0 else 'against the claim'}")
+    if np.isnan(c.test.p):
+        return f"fewer than 3 clients at every seed in common: nothing to test ({c.test.design})"
+    way = "in the claimed direction" if c.test.effect + margin > 0 else "against the claimed direction"
+    return f"the mean lies {way}, not significant at this budget"
+
+
+def comparison_line(c: Comparison, metric: str, margin: float) -> str:
+    """One comparison of a claim in the ledger: the mean difference with its interval, the test's
+    seeds and clients, p (Holm-adjusted) and the verdict; the effect at the best round on test
+    beside it, marked."""
+    digits = 2 if metric in KIND_METRICS["classification"] else 3
+    t = c.test
+    over = (f"{t.seeds} seeds, one value each" if t.design == "per seed" else
+            f"{t.seeds} seed{'s' * (t.seeds != 1)} x {t.clients} clients ({t.design})")
+    text = (f"- {c.better} vs {c.than}: effect {_num(t.effect, digits)} [{_num(t.low, digits)}, "
+            f"{_num(t.high, digits)}] over {over}, p = {_p(t.p)}"
+            + (f" against -{margin:g}" if margin else "") + f", Holm {_p(c.p_holm)}: {c.verdict}")
+    if c.verdict == OPEN:
+        text += f" ({_direction(c, margin)})"
+    if c.effect_on_test is not None:
+        text += f"; at each run's best round on test, as the paper selects: {c.effect_on_test:.{digits}f}"
+    return text
+
+
 def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_root: Path,
-                 results_dir: Path, data_root: Path, experiments: dict[str, Experiment] | None = None) -> str:
+                 data_root: Path, experiments: dict[str, Experiment] | None = None,
+                 replicates: int = REPLICATES) -> str:
     """Write the claims ledger of ``papers`` (paper -> its claims) at ``path`` and return its text:
-    the command that made it, the test and pairing, and per claim its runs, effects and verdict."""
+    the command that made it, the test, its calibration, and per claim its runs, effects and verdict."""
     lines = [
         "# Claims of the papers, tested on the run folders", "",
         f"Produced by `{command}` (fedwear {__version__}) from the run folders under `{runs_root}`; data "
-        f"folder `{data_root}`. Every verdict is computed from the runs' `metrics.csv`; rerun the command "
-        "after runs change.", "",
-        "Pairing: each claim's two methods are paired by (seed, client), at the round the table's results file "
-        "reads (each run's best round, or its final round for the forecasting tables and Meta-HAR's shape; up to "
-        "the `--at-round` that file names), test split, one value per client (unweighted); each client's "
-        "differences are averaged over the seeds both methods ran, so n counts clients: a client's seeds share "
-        f"its data and are not independent pairs. Test: {TEST_TEXT}. Read p as the evidence over this "
-        "protocol's clients, not over new ones. Runs: each method's seeds, with the rounds each ran / "
-        "planned; a run short of its planned rounds is left out where its method has finished seeds, and a "
-        "method with no finished run makes its comparisons inconclusive. Line: whether the claim's runs stop "
-        "(its verdict is clear at this budget, the rank test and the interval agreeing, or it stays undecided "
-        "with every seed of the table run to its planned rounds) or go on, and with which runs; computed from "
-        "the verdict and the runs, as the verdict is.", "",
-        "| Verdict | claims |", "|---|---|",
+        f"folder `{data_root}`. Every verdict, and the calibration below, is computed from the runs' `metrics.csv` "
+        "and the registry (`fedwear/reproduce/papers/*.yaml`: each table's folder, seeds and rounds); rerun the "
+        "command after runs change.", "",
+        "Reading: each run at its final round, or at its best round chosen on the validation split where the run "
+        "has one; never chosen on test (the effect at each run's best round on test, as the papers select, is "
+        "shown beside each comparison, marked). Pairing: the two methods' test-split values per client "
+        "(unweighted) are paired by (seed, client): a seed fixes the split and the clients' schedule. "
+        f"Test: {TEST_TEXT}. Verdict: each comparison is decided, either way, when its p, Holm-adjusted over the "
+        f"claim's comparisons, is below {ALPHA}; a claim holds when every comparison is decided as claimed, does "
+        "not hold when one is decided the other way, and is inconclusive otherwise, saying which way its mean "
+        "lies; a non-inferiority claim tests the difference against minus its margin. Runs: each method's seeds, "
+        "with the rounds each ran / planned; only runs at their planned rounds are compared. Line: whether the "
+        "claim's runs stop (every seed the table plans has run to its planned rounds) or which runs it still "
+        "needs.", "",
+        "| Verdict | paper's claims | fedwear's claims |", "|---|---|---|",
     ]
-    outcomes = {paper: [evaluate(c, runs_root, results_dir, data_root, experiments) for c in claims]
+    reader = RunReader()
+    outcomes = {paper: [evaluate(c, runs_root, data_root, experiments, reader) for c in claims]
                 for paper, claims in papers.items()}
-    counts: dict[str, int] = {}
-    for got in outcomes.values():
-        for o in got:
-            counts[o.verdict] = counts.get(o.verdict, 0) + 1
-    lines += [f"| {v} | {counts.get(v, 0)} |" for v in (HOLDS, FAILS, OPEN, UNTESTABLE)]
+    flat = [o for got in outcomes.values() for o in got]
+    for v in (HOLDS, FAILS, OPEN, UNTESTABLE):
+        lines.append(f"| {v} | {sum(o.verdict == v and not o.claim.own for o in flat)} | "
+                     f"{sum(o.verdict == v and o.claim.own for o in flat)} |")
+    lines += calibration_lines(flat, runs_root, experiments, replicates, reader)
     for paper, got in outcomes.items():
-        lines += ["", f"## {paper}", ""]
-        for o in got:
-            c = o.claim
-            lines += [f"### {c.id}: {o.verdict}", "", f"- Claim: {c.statement}", f"- Source: {c.source}",
-                      f"- Compared: {c.view} {c.metric} "
-                      f"({'lower' if c.metric in LOWER_IS_BETTER else 'higher'} is better)"
-                      + (f", table `{c.experiment}`, runs in `{o.folder}`" if c.experiment else "")]
-            if o.runs:
-                lines.append("- Runs: " + "; ".join(f"{m}: {t}" for m, t in o.runs.items()))
-            if o.reason:
-                lines.append(f"- {'Read' if o.tests else 'Why'}: {o.reason}")
-            for a, b, t in o.tests or []:
-                digits = 2 if c.metric in KIND_METRICS["classification"] else 3
-                lines.append(f"- {a} vs {b}: n = {t.n} clients, effect {_num(t.effect, digits)} "
-                             f"[{_num(t.low, digits)}, {_num(t.high, digits)}], p = {_p(t.p)}"
-                             + (f" (the other way: {_p(t.p_other)})" if t.verdict == FAILS and t.high >= 0 else "")
-                             + f": {t.verdict}"
-                             + (f" (fewer than {MIN_CLIENTS} non-zero differences)" if np.isnan(t.p) else ""))
-            if o.line:
-                lines.append(f"- Line: {o.line}")
-            lines.append("")
+        for own in (False, True):
+            shown = [o for o in got if o.claim.own == own]
+            if shown:
+                lines += ["", f"## {paper}: {'fedwear' if own else 'the paper'}'s claims", ""]
+            for o in shown:
+                lines += _claim_lines(o)
     text = "\n".join(lines).rstrip() + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
 
 
+def _claim_lines(o: Outcome) -> list[str]:
+    c = o.claim
+    kind = (f", non-inferiority: {c.comparisons[0][0]} no worse than by {c.margin:g}" if c.margin else "")
+    lines = [f"### {c.id}: {o.verdict}", "", f"- Claim: {c.statement}", f"- Source: {c.source}",
+             f"- Compared: {c.view} {c.metric} ({'lower' if c.metric in LOWER_IS_BETTER else 'higher'} is better)"
+             + kind + (f", table `{c.experiment}`, runs in `{o.folder}`" if c.experiment else "")]
+    if o.runs:
+        lines.append("- Runs: " + "; ".join(f"{m}: {t}" for m, t in o.runs.items()))
+    if o.reason:
+        lines.append(f"- {'Read' if o.tests else 'Why'}: {o.reason}")
+    lines += [comparison_line(t, c.metric if not c.rounds_to else "log_rounds", c.margin) for t in o.tests or []]
+    if o.line:
+        lines.append(f"- Line: {o.line}")
+    return [*lines, ""]
+
+
+def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dict[str, Experiment] | None,
+                      replicates: int, reader: RunReader) -> list[str]:
+    """The ledger's calibration section: placebo and simulated false-decision rates of each
+    candidate test, and the ledger's test's power at the papers' effects."""
+    experiments = EXPERIMENTS if experiments is None else experiments
+    series, seen = [], set()
+    designs = []
+    for o in outcomes:
+        c = o.claim
+        if not o.tests or c.rounds_to or c.experiment is None:
+            continue
+        exp = experiments[c.experiment]
+        for label in sorted(_labels(c)):
+            method, view = _method_view(label, c.view)
+            key = (default_out(exp).name, method, view, c.metric)
+            if key in seen:
+                continue
+            seen.add(key)
+            values = {cfg.seed: v for m, cfg, where in reader.plan(exp, runs_root / key[0])
+                      if m == method and rounds_run(where) >= cfg.rounds
+                      and (v := client_values(exp, cfg, reader.metrics(cfg, where), view, c.metric)) is not None}
+            if len(values) >= 2:
+                series.append(values)
+        for t in o.tests:
+            if t.frame is not None and (sd := components(t.frame)) is not None:
+                effect = paper_effect(exp.paper, c.view, c.metric, t.better, t.than)
+                designs.append((f"{c.id}: {t.better} vs {t.than}", sd, t.test.clients or t.frame["client"].nunique(),
+                                effect))
+    placebos = placebo(series)
+    rng = np.random.default_rng(0)
+    null_rates = {name: [] for name in CANDIDATES}
+    power_rows = []
+    for name, sd, clients, effect in designs:
+        for seeds in SIM_SEEDS:
+            for cand, rate in simulate(sd, seeds, clients, 0.0, rng, replicates).items():
+                null_rates[cand].append(rate)
+        if effect is not None:
+            got = {s: simulate(sd, s, clients, effect, rng, replicates)[CANDIDATES[0]] for s in SIM_SEEDS}
+            power_rows.append(f"| {name} | {effect:+.3g} | {sd[0]:.3g} / {sd[1]:.3g} / {sd[2]:.3g} | {clients} | "
+                              + " | ".join(f"{got[s]:.2f}" for s in SIM_SEEDS) + " |")
+    sides = sorted(placebos.total)
+    lines = [
+        "", "## Calibration of the test", "",
+        "How often each candidate test decides (either way, at 0.05) where there is nothing to decide, measured "
+        "by the command above on the runs above (`fedwear.reproduce.calibration`). Placebo: a method's seeds "
+        "split into two pseudo-methods and compared as claims are (two disjoint pairs of seeds paired one to one "
+        "where a method has 4 or more seeds; one seed against another where it has 2 or 3); "
+        f"{placebos.methods} (table, method, view, metric) series the registry reads. Simulation: each registered "
+        "comparison with seeds and clients crossed gives its seed, client and residual standard deviations "
+        "(method of moments on its runs); differences are drawn from that model with mean 0 at its client count "
+        f"and {', '.join(map(str, SIM_SEEDS))} seeds, {replicates} draws each ({len(designs)} designs, generator "
+        "seed 0); the row gives the mean and the largest rate over the designs. The ledger uses the first test.",
+        "",
+        "| test | " + " | ".join(f"placebo, {k} seed{'s' * (k > 1)} a side" for k in sides)
+        + " | simulated null, mean | simulated null, largest |",
+        "|---|" + "---|" * (len(sides) + 2),
+    ]
+    for cand in CANDIDATES:
+        cells = [f"{placebos.decided.get((cand, k), 0)} / {placebos.total[k]} "
+                 f"({placebos.decided.get((cand, k), 0) / placebos.total[k]:.1%})" for k in sides]
+        rates = null_rates[cand]
+        cells += [f"{np.mean(rates):.1%}", f"{np.max(rates):.1%}"] if rates else ["n/a", "n/a"]
+        lines.append(f"| {cand} | " + " | ".join(cells) + " |")
+    if power_rows:
+        lines += ["", "Power of the ledger's test at the paper's effect (its table's difference of the two methods, "
+                  "in the metric's units), simulated as above with the comparison's measured standard deviations "
+                  "(seed / client / residual): the share of draws decided as claimed or either way (two-sided, "
+                  "with no Holm adjustment).", "",
+                  "| comparison | paper's effect | sd (seed / client / residual) | clients | "
+                  + " | ".join(f"{s} seeds" for s in SIM_SEEDS) + " |",
+                  "|---|---|---|---|" + "---|" * len(SIM_SEEDS), *power_rows]
+    return lines
+
+
 def tests_against(runs: dict[str, list[tuple[dict, Path]]], reference: str, select: str,
                   cfg: RunConfig) -> dict:
     """``fedwear compare --test-against``: each method against ``reference`` on
     ``evaluation.best_metric`` (view.metric), paired by (seed, client) at each run's ``select``
-    (final or best) round and averaged per client over the seeds (:func:`paired_differences`);
-    ``runs``: method -> (summary, run folder) of each seed. Per method the mean of the clients'
-    differences (positive: better than the reference), its bootstrap interval, and the two-sided
-    Wilcoxon p-value with Holm's correction over the methods."""
+    (final or best) round, tested as the claims ledger tests
+    (:func:`fedwear.reproduce.seed_test.seed_client_test`); ``runs``: method -> (summary, run folder)
+    of each seed. Per method the mean difference (positive: better than the reference), its 95%
+    interval, the seeds and clients it rests on, and the two-sided p with Holm's correction over
+    the methods."""
     view, _, metric = cfg.evaluation.best_metric.partition(".")
     scale = 100.0 if metric in KIND_METRICS["classification"] else 1.0
 
@@ -418,33 +600,13 @@ def tests_against(runs: dict[str, list[tuple[dict, Path]]], reference: str, sele
         return rows.set_index(rows["client"].astype(str))[metric].astype(float).dropna() * scale
 
     by_seed = {name: {s["seed"]: values(s, where) for s, where in got} for name, got in runs.items()}
-    rows: dict[str, dict] = {}
-    for name in runs:
-        if name == reference:
-            continue
-        d = paired_differences(by_seed[name], by_seed[reference], metric in LOWER_IS_BETTER)
-        nonzero = np.count_nonzero(d)
-        low, high = interval(d) if nonzero else (float("nan"), float("nan"))
-        p = float(stats.wilcoxon(d).pvalue) if nonzero else float("nan")
-        rows[name] = {"n": len(d), "effect": float(d.mean()) if len(d) else float("nan"), "low": low, "high": high,
-                      "p": p}
-    for name, adjusted in zip(rows, holm([r["p"] for r in rows.values()]), strict=True):
-        rows[name]["p_holm"] = adjusted
-    return {"reference": reference, "view": view, "metric": metric, "rows": rows}
+    tests = [(name, reference, seed_client_test(paired_frame(by_seed[name], by_seed[reference],
+                                                             metric in LOWER_IS_BETTER)))
+             for name in runs if name != reference]
+    rows = {c.better: {"n": c.test.clients, "seeds": c.test.seeds, "effect": c.test.effect, "low": c.test.low,
+                       "high": c.test.high, "p": c.test.p, "p_holm": c.p_holm} for c in decide(tests, 0.0)}
+    return {"reference": reference, "view": view, "metric": metric, "rows": rows, "test": TEST_NAME}
 
 
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given: the k-th smallest of m is
-    multiplied by m - k + 1, kept at least its predecessor's, capped at 1 (NaN stays NaN)."""
-    p = np.asarray(pvalues, float)
-    ok = np.flatnonzero(~np.isnan(p))
-    out = np.full(len(p), np.nan)
-    running = 0.0
-    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
-        running = max(running, min(1.0, (len(ok) - rank) * p[i]))
-        out[i] = running
-    return out.tolist()
-
-
-__all__ = ["Claim", "PAPERS", "PairedTest", "evaluate", "holm", "paired_test", "paper_claims", "parse_claims",
-           "tests_against", "write_ledger"]
+__all__ = ["Claim", "Comparison", "PAPERS", "evaluate", "paper_claims", "parse_claims", "tests_against",
+           "write_ledger"]
