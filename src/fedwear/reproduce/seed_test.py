@@ -17,8 +17,8 @@ decides placebo comparisons (one method's seeds against its other seeds) far abo
   ``S var_b + var_e``, ``var_e``), kept at least ``max(MS_seed, MS_client) / (S C)`` (a lower bound of
   its expectation; then with the seeds' S - 1 degrees of freedom), with Satterthwaite's (1946)
   degrees of freedom;
-* **nested** (each client at one seed only: Meta-HAR's and FedMAT's held-out users, drawn anew per
-  seed): Student's t over the seeds' mean differences (S - 1 degrees of freedom), which holds both the seed and the client variance;
+* **nested** (fewer than :data:`MIN_CLIENTS` clients at every seed: Meta-HAR's and FedMAT's held-out
+  users, drawn anew per seed): Student's t over the seeds' mean differences (S - 1 degrees of freedom), which holds both the seed and the client variance;
 * **one seed**: the seed-to-seed variance cannot be seen, so the test decides nothing.
 
 The p-value is two-sided (``scipy.stats.t``), the interval the matching 95% t interval: a
@@ -38,7 +38,8 @@ from statsmodels.stats.anova import anova_lm
 
 #: The significance level of every test (two-sided).
 ALPHA = 0.05
-#: The fewest clients at every seed the crossed model is fitted on (its client mean square needs a few).
+#: The fewest clients at every seed the crossed model is fitted on (its client mean square needs a
+#: few); with fewer, the clients are taken as drawn per seed.
 MIN_CLIENTS = 3
 TEST_NAME = "seeds x clients t test"
 TEST_TEXT = (
@@ -76,7 +77,8 @@ def differences_frame(d: pd.DataFrame) -> pd.DataFrame:
 
 def seed_client_test(d: pd.DataFrame, margin: float = 0.0) -> SeedTest:
     """Test of ``d`` (columns seed, client, diff; positive: as claimed) as the module says; the
-    effect is the mean of the clients' seed-averaged differences in every design."""
+    effect is the mean the test is about: over the clients at every seed (crossed), of the seeds'
+    means (nested), of the clients' differences (one seed)."""
     d = differences_frame(d)
     seeds = d["seed"].nunique()
     effect = float(d.groupby("client")["diff"].mean().mean()) if len(d) else float("nan")
@@ -84,15 +86,13 @@ def seed_client_test(d: pd.DataFrame, margin: float = 0.0) -> SeedTest:
     if seeds < 2:
         return SeedTest(effect, nan, nan, nan, nan, seeds, d["client"].nunique(), "one seed")
     per_client = d.groupby("client")["seed"].nunique()
-    if (per_client == 1).all():
+    complete = per_client.index[per_client == seeds]
+    if len(complete) < MIN_CLIENTS:  # clients drawn per seed (held-out users): the seeds' means
         means = d.groupby("seed")["diff"].mean().to_numpy()
         return _t_result(means.mean(), stats.sem(means), seeds - 1, margin, seeds, int(d["client"].nunique()),
                          "nested")
-    complete = per_client.index[per_client == seeds]
     d = d[d["client"].isin(complete)]
     clients = len(complete)
-    if clients < MIN_CLIENTS:
-        return SeedTest(effect, nan, nan, nan, nan, seeds, clients, "crossed")
     fit = smf.ols("diff ~ C(seed) + C(client)", data=d).fit()
     table = anova_lm(fit)
     ms = table["mean_sq"].to_numpy(float)  # C(seed), C(client), Residual
