@@ -321,3 +321,11 @@ def test_compare_test_against_uses_the_ledgers_test(tmp_path):
     # 2 seeds x 5 clients: each seed trains 6 of the 8 (its held-out 2 differ), 5 are at both seeds
     bad = CliRunner().invoke(app, [*args, "--test-against", "fedprox"])
     assert bad.exit_code != 0 and "error: --test-against 'fedprox' is not one of --methods" in bad.output
+
+
+def test_an_investigation_is_shown_where_the_verdict_is_not_holds():
+    entry = yaml.safe_load("- {id: a, statement: s, source: t, view: v, metric: accuracy, better: x, than: y, "
+                           "dataset: D, investigation: 'seed 2 diverged:\n  its loss is NaN from round 40'}")
+    (claim,) = cl.parse_claims(entry, "papers/x.yaml")
+    assert "- Investigation: seed 2 diverged: its loss is NaN from round 40" in cl._claim_lines(cl.Outcome(claim, cl.OPEN))
+    assert not any("Investigation" in line for line in cl._claim_lines(cl.Outcome(claim, cl.HOLDS)))

@@ -71,7 +71,8 @@ def reproduce(
     list_: Annotated[bool, typer.Option("--list", help="list the tables that can be reproduced",
                                         rich_help_panel=OUTPUT)] = False,
     claims: Annotated[bool, typer.Option("--claims", help="test the papers' registered claims on the run folders "
-                                         "and write the ledger (default results/claims.md); runs nothing; --root: "
+                                         "and write the ledger with the test's calibration (default "
+                                         "results/claims.md); runs nothing; --root: "
                                          "the folder of the datasets' folders (default ../shared/data)",
                                          rich_help_panel=CLAIMS)] = False,
     runs_root: Annotated[Path, typer.Option(help="with --claims: the folder of the tables' run folders",

@@ -80,6 +80,7 @@ class Claim:
     margin: float = 0.0
     rounds_to: str | None = None
     own: bool = False
+    investigation: str | None = None  # what runs found where the verdict is not "holds"
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def parse_claims(entries: list[dict], where: str, own: bool = False) -> list[Cla
         out.append(Claim(id=str(e["id"]), statement=e["statement"], source=e["source"], view=e["view"],
                          metric=e["metric"], comparisons=tuple((str(a), str(b)) for a, b in pairs),
                          experiment=e.get("experiment"), dataset=e.get("dataset"), margin=float(margin),
-                         rounds_to=e.get("rounds_to"), own=own))
+                         rounds_to=e.get("rounds_to"), own=own, investigation=e.get("investigation")))
     return out
 
 
@@ -502,6 +503,8 @@ def _claim_lines(o: Outcome) -> list[str]:
     if o.reason:
         lines.append(f"- {'Read' if o.tests else 'Why'}: {o.reason}")
     lines += [comparison_line(t, c.metric if not c.rounds_to else "log_rounds", c.margin) for t in o.tests or []]
+    if c.investigation and o.verdict != HOLDS:
+        lines.append(f"- Investigation: {' '.join(c.investigation.split())}")
     if o.line:
         lines.append(f"- Line: {o.line}")
     return [*lines, ""]
