@@ -69,3 +69,13 @@ def test_seed_means_names_an_unfinished_run(tmp_path):
     out = run_script("seed_means.py", str(tmp_path), "--seeds", "0", "m")
     assert out.returncode != 0
     assert "m-s0/summary.json: missing" in out.stderr
+
+
+def test_claim_breakdown_shows_a_verdict_by_seed_and_client():
+    out = run_script("claim_breakdown.py", "fedmat-beats-ablations")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("fedmat-beats-ablations: ")
+    assert "fedmat@e4 vs fedmat-no_sensor@e4: effect" in out.stdout and "seed means: s0 " in out.stdout
+    assert "clients: " in out.stdout and "of 14" in out.stdout  # 9 users at all 5 seeds are tested, 14 shown
+    bad = run_script("claim_breakdown.py", "no-such-claim")
+    assert bad.returncode == 2 and "error: no claim 'no-such-claim'" in bad.stderr
