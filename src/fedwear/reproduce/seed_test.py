@@ -75,10 +75,11 @@ def differences_frame(d: pd.DataFrame) -> pd.DataFrame:
     return d.groupby(["seed", "client"], as_index=False)["diff"].mean()
 
 
-def seed_client_test(d: pd.DataFrame, margin: float = 0.0) -> SeedTest:
+def seed_client_test(d: pd.DataFrame, margin: float = 0.0, floor_df: str = "seeds") -> SeedTest:
     """Test of ``d`` (columns seed, client, diff; positive: as claimed) as the module says; the
     effect is the mean the test is about: over the clients at every seed (crossed), of the seeds'
-    means (nested), of the clients' differences (one seed)."""
+    means (nested), of the clients' differences (one seed). ``floor_df``: the degrees of freedom
+    where the variance is held at its floor (:func:`crossed_mean_se`)."""
     d = differences_frame(d)
     seeds = d["seed"].nunique()
     effect = float(d.groupby("client")["diff"].mean().mean()) if len(d) else float("nan")
@@ -97,15 +98,17 @@ def seed_client_test(d: pd.DataFrame, margin: float = 0.0) -> SeedTest:
     table = anova_lm(fit)
     ms = table["mean_sq"].to_numpy(float)  # C(seed), C(client), Residual
     dfs = table["df"].to_numpy(float)
-    mean, se, df = crossed_mean_se(d["diff"].mean(), ms, dfs, seeds, clients)
+    mean, se, df = crossed_mean_se(d["diff"].mean(), ms, dfs, seeds, clients, floor_df)
     return _t_result(mean, se, df, margin, seeds, clients, "crossed")
 
 
-def crossed_mean_se(mean: float, ms: np.ndarray, dfs: np.ndarray, seeds: int,
-                    clients: int) -> tuple[float, float, float]:
+def crossed_mean_se(mean: float, ms: np.ndarray, dfs: np.ndarray, seeds: int, clients: int,
+                    floor_df: str = "seeds") -> tuple[float, float, float]:
     """The grand mean's standard error and Satterthwaite degrees of freedom from the seed, client
     and error mean squares ``ms`` (with their degrees of freedom ``dfs``) of the crossed model
-    (also called with arrays, one design per row, by the calibration's simulation)."""
+    (also called with arrays, one design per row, by the calibration's simulation). Where the
+    variance is held at its floor, the degrees of freedom are the seeds' (``floor_df="seeds"``, the
+    ledger's) or the larger mean square's (``"larger"``, a candidate the calibration measures)."""
     ms_s, ms_c, ms_e = np.moveaxis(np.asarray(ms, float), -1, 0)
     df_s, df_c, df_e = np.moveaxis(np.asarray(dfs, float), -1, 0)
     unbiased = ms_s + ms_c - ms_e
@@ -116,7 +119,8 @@ def crossed_mean_se(mean: float, ms: np.ndarray, dfs: np.ndarray, seeds: int,
     # freedom: a seed mean square below the client one may be a low draw of a large seed variance,
     # which the client one's degrees of freedom would trust too far (the calibration measured it)
     var = np.where(unbiased >= floor, unbiased, floor)
-    df = np.where(unbiased >= floor, satterthwaite, df_s)
+    at_floor = np.where(ms_s >= ms_c, df_s, df_c) if floor_df == "larger" else df_s
+    df = np.where(unbiased >= floor, satterthwaite, at_floor)
     return mean, np.sqrt(var / (seeds * clients)), df
 
 
