@@ -127,11 +127,12 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         "|" + "---|" * (5 + (3 if has_ref else 1) * len(LABEL) + 1),
     ]
     warned: set[str] = set()  # methods with a ⚠ in their row
+    runs_of = {method: (",".join(str(n["seed"]) for n in by_method.get(method, [])) or "-",
+                        rounds_cell(method, by_method.get(method, []), runs, at_round)) for method in exp.methods}
     for method in exp.methods:
         got = by_method.get(method, [])
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
-        seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = rounds_cell(method, got, runs, at_round)
+        seeds, rounds = runs_of[method]
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]
@@ -148,17 +149,17 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
     lines += findings(exp, warned)
     lines += ["", "Each metric at its own best round (the maximum over rounds of each metric separately, "
               "as the code's `ResultLogging.average_data` would report):", "",
-              "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]
+              "| Method | seeds | rounds run | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (3 + len(LABEL))]
     for method in exp.methods:
-        got = by_method.get(method, [])
-        if got:
-            lines.append(f"| {method} | " + " | ".join(seed_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
+        if got := by_method.get(method, []):
+            lines.append(f"| {method} | {' | '.join(runs_of[method])} | "
+                         + " | ".join(seed_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
     lines += ["", "Final round (no selection):", "",
-              "| Method | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (1 + len(LABEL))]
+              "| Method | seeds | rounds run | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (3 + len(LABEL))]
     for method in exp.methods:
-        got = by_method.get(method, [])
-        if got:
-            lines.append(f"| {method} | " + " | ".join(seed_cell([n["final"][m] for n in got]) for m in LABEL) + " |")
+        if got := by_method.get(method, []):
+            lines.append(f"| {method} | {' | '.join(runs_of[method])} | "
+                         + " | ".join(seed_cell([n["final"][m] for n in got]) for m in LABEL) + " |")
     if exp.rounds_table:
         lines += _rounds_section(exp, by_method)
     text = "\n".join(lines) + "\n"
