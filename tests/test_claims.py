@@ -329,3 +329,15 @@ def test_an_investigation_is_shown_where_the_verdict_is_not_holds():
     (claim,) = cl.parse_claims(entry, "papers/x.yaml")
     assert "- Investigation: seed 2 diverged: its loss is NaN from round 40" in cl._claim_lines(cl.Outcome(claim, cl.OPEN))
     assert not any("Investigation" in line for line in cl._claim_lines(cl.Outcome(claim, cl.HOLDS)))
+
+
+def test_every_claim_compares_methods_its_table_plans_at_two_seeds_or_more():
+    """One seed decides nothing: a table that planned one seed of a method a claim compares would
+    stop that claim's line with nothing decided."""
+    for paper in cl.PAPERS:
+        for c in cl.paper_claims(paper):
+            if c.experiment:
+                exp = EXPERIMENTS[c.experiment]
+                for label in cl._labels(c) | ({c.rounds_to} if c.rounds_to else set()):
+                    method = label.split("@")[0]
+                    assert len(exp.more_seeds.get(method, exp.seeds)) >= 2, (c.id, method)
