@@ -171,14 +171,16 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
              "models, anchors and prototypes; not the data, optimiser state or activations: "
              "`training_bytes` in rounds.csv); bytes: training messages down + up per round. "
              "× FedAvg is n/a until FedAvg has run.", "",
-             "| Method | CPU-s / round | × FedAvg | memory MB | × FedAvg | MB / round | × FedAvg |",
-             "|---|---|---|---|---|---|---|"]
+             "| Method | seeds | rounds run | CPU-s / round | × FedAvg | memory MB | × FedAvg | MB / round | × FedAvg |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for method, got in by_method.items():
         if not got:
             continue
         v = {k: mean(got, k) for k in keys}
+        seeds = ",".join(str(n["seed"]) for n in got)
+        rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got)
         lines.append(
-            f"| {method} | {cell(v['cpu_s'], 1, '{:.1f}')} | {ratio(v['cpu_s'], ref['cpu_s'])} | "
+            f"| {method} | {seeds} | {rounds} | {cell(v['cpu_s'], 1, '{:.1f}')} | {ratio(v['cpu_s'], ref['cpu_s'])} | "
             f"{cell(v['held'], 1e6, '{:.2f}')} | {ratio(v['held'], ref['held'])} | "
             f"{cell(v['bytes'], 1e6, '{:.2f}')} | {ratio(v['bytes'], ref['bytes'])} |")
     return lines
