@@ -252,7 +252,8 @@ def test_views_table_in_fedalis_shape(tmp_path, monkeypatch):
     cost = next(line for line in text.split("Cost per round")[1].splitlines() if line.startswith("| fedavg |"))
     cost = [c.strip() for c in cost.split("|")]
     held = pd.read_csv(out / "fedavg-s0" / "rounds.csv")["training_bytes"].median()
-    assert cost[4] == f"{held / 1e6:.2f}" and cost[3:8:2] == ["1.00×"] * 3
+    assert cost[2:4] == ["0", "3/3"]  # the row's seeds and rounds run
+    assert cost[6] == f"{held / 1e6:.2f}" and cost[5:10:2] == ["1.00×"] * 3
     assert "Ek et al. 2024, Table 1" in text and "| fedali | 98.15 ± 1.75" in text
 
 
