@@ -35,7 +35,7 @@ from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.reproduce.seed_test import ALPHA, crossed_mean_se, seed_client_test
 
 #: Simulated replicates per design (each a whole set of seeds x clients).
-REPLICATES = 2000
+REPLICATES = 5000
 #: Seeds at which each measured design is simulated (the tables plan 1 to 5).
 SIM_SEEDS = (2, 3, 5)
 CANDIDATES = ("seeds x clients t test (the ledger's)",

@@ -561,7 +561,9 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
         "comparison with seeds and clients crossed gives its seed, client and residual standard deviations "
         "(method of moments on its runs); differences are drawn from that model with mean 0 at its client count "
         f"and {', '.join(map(str, SIM_SEEDS))} seeds, {replicates} draws each ({len(designs)} designs, generator "
-        "seed 0); the row gives the mean and the largest rate over the designs. The ledger uses the first test.",
+        "seed 0); the row gives the mean and the largest rate over the designs (one rate near 5% has a "
+        f"Monte-Carlo standard error of {100 * np.sqrt(0.05 * 0.95 / replicates):.1f} points). The ledger uses the "
+        "first test.",
         "",
         "| test | " + " | ".join(f"placebo, {k} seed{'s' * (k > 1)} a side" for k in sides)
         + " | simulated null, mean | simulated null, largest |",
