@@ -478,7 +478,7 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
     for v in (HOLDS, FAILS, OPEN, UNTESTABLE):
         lines.append(f"| {v} | {sum(o.verdict == v and not o.claim.own for o in flat)} | "
                      f"{sum(o.verdict == v and o.claim.own for o in flat)} |")
-    lines += calibration_lines(flat, runs_root, experiments, replicates, reader)
+    lines += calibration_lines(flat, runs_root, experiments, replicates, reader, command)
     for paper, got in outcomes.items():
         for own in (False, True):
             shown = [o for o in got if o.claim.own == own]
@@ -511,7 +511,7 @@ def _claim_lines(o: Outcome) -> list[str]:
 
 
 def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dict[str, Experiment] | None,
-                      replicates: int, reader: RunReader) -> list[str]:
+                      replicates: int, reader: RunReader, command: str = "fedwear reproduce --claims") -> list[str]:
     """The ledger's calibration section: placebo and simulated false-decision rates of each
     candidate test, and the ledger's test's power at the papers' effects."""
     experiments = EXPERIMENTS if experiments is None else experiments
@@ -553,8 +553,9 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
     sides = sorted(placebos.total)
     lines = [
         "", "## Calibration of the test", "",
-        "How often each candidate test decides (either way, at 0.05) where there is nothing to decide, measured "
-        "by the command above on the runs above (`fedwear.reproduce.calibration`). Placebo: a method's seeds "
+        "How often each candidate test decides (either way, at 0.05) where there is nothing to decide, and the "
+        f"ledger's test's power, measured by `{command}` on the runs above (`fedwear.reproduce.calibration`; "
+        "`python scripts/claim_breakdown.py CLAIM` gives one claim's). Placebo: a method's seeds "
         "split into two pseudo-methods and compared as claims are (two disjoint pairs of seeds paired one to one "
         "where a method has 4 or more seeds; one seed against another where it has 2 or 3); "
         f"{placebos.methods} (table, method, view, metric) series the registry reads. Simulation: each registered "
