@@ -341,3 +341,18 @@ def test_every_claim_compares_methods_its_table_plans_at_two_seeds_or_more():
                 for label in cl._labels(c) | ({c.rounds_to} if c.rounds_to else set()):
                     method = label.split("@")[0]
                     assert len(exp.more_seeds.get(method, exp.seeds)) >= 2, (c.id, method)
+
+
+def test_every_settled_verdict_that_is_not_holds_has_its_investigation_in_the_ledger():
+    """A claim whose runs are all done (its line stops) and that does not hold, or stays
+    inconclusive, says why in results/claims.md."""
+    ledger = (Path(__file__).parent.parent / "results" / "claims.md").read_text()
+    missing = []
+    for block in ledger.split("\n### ")[1:]:
+        head, *lines = block.splitlines()
+        if head.endswith(": holds") or head.endswith(": not testable here"):
+            continue
+        if any(line.startswith("- Line: stops") for line in lines) and \
+                not any(line.startswith("- Investigation: ") for line in lines):
+            missing.append(head)
+    assert not missing, missing
