@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from fedwear.cli import app
 from fedwear.config import dump_config
-from fedwear.errors import ConfigError
+from fedwear.errors import ConfigError, FedwearError
 from fedwear.reproduce import EXPERIMENTS, Experiment, plan
 from fedwear.reproduce import calibration as cal
 from fedwear.reproduce import claims as cl
@@ -356,3 +356,17 @@ def test_every_settled_verdict_that_is_not_holds_has_its_investigation_in_the_le
                 not any(line.startswith("- Investigation: ") for line in lines):
             missing.append(head)
     assert not missing, missing
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1.5", "-0.2"])
+def test_an_impossible_value_in_a_run_is_one_error_naming_the_file_and_line(tmp_path, value):
+    exp = _table(tmp_path)
+    _write_runs(exp, tmp_path / "runs", {"fedavg": 0.8, "local": 0.6})
+    path = tmp_path / "runs" / "tiny" / "local-s1" / "metrics.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[4].split(",")
+    cells[6] = value  # accuracy of the third row
+    lines[4] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(FedwearError, match=rf"{path}, line 5: accuracy is {float(value)}, not a possible value"):
+        _verdict(exp, tmp_path)

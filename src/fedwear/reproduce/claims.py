@@ -37,7 +37,7 @@ import yaml
 from statsmodels.stats.multitest import multipletests
 
 from fedwear.config import KIND_METRICS, RunConfig, task_kind
-from fedwear.errors import ConfigError
+from fedwear.errors import ConfigError, FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, plan
 from fedwear.reproduce.calibration import (
@@ -191,10 +191,35 @@ class RunReader:
         return self._plans[key]
 
     def metrics(self, cfg: RunConfig, where: Path) -> pd.DataFrame | None:
-        """``where``'s metrics when it holds a run of ``cfg`` (:func:`matching_metrics`)."""
+        """``where``'s metrics when it holds a run of ``cfg`` (:func:`matching_metrics`), checked
+        by :func:`check_values`."""
         if where not in self._metrics:
-            self._metrics[where] = matching_metrics(cfg, where)
+            metrics = matching_metrics(cfg, where)
+            if metrics is not None:
+                check_values(metrics, where / "metrics.csv")
+            self._metrics[where] = metrics
         return self._metrics[where]
+
+
+#: Metrics a client always has a value of (AUC may be undefined: a test split of one class).
+ALWAYS_DEFINED = ("accuracy", "macro_f1", "mse", "mae", "mape")
+
+
+def check_values(metrics: pd.DataFrame, path: Path) -> None:
+    """Refuse a metrics file with an impossible value (a FedwearError naming the file, its line and
+    column): inf anywhere, a proportion outside [0, 1], a negative error, NaN where a client always
+    has a value. A verdict is never computed past one."""
+    for column in (c for c in (*KIND_METRICS["classification"], *KIND_METRICS["regression"]) if c in metrics):
+        values = pd.to_numeric(metrics[column], errors="coerce")
+        bad = ~np.isfinite(values) if column in ALWAYS_DEFINED else np.isinf(values)
+        if column in KIND_METRICS["classification"]:
+            bad |= (values < 0) | (values > 1)
+        else:
+            bad |= values < 0
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise FedwearError(f"{path}, line {metrics.index[i] + 2}: {column} is {metrics[column].iloc[i]}, not a "
+                               "possible value; rerun that run (or remove its folder) before testing claims on it")
 
 
 def client_values(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame | None, view: str, metric: str,
