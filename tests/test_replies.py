@@ -155,3 +155,38 @@ def test_bad_weights_are_left_out_through_flower_messages(tmp_path, caplog):
         Runner(cfg, method, roster, executor, [CsvSink(tmp_path / "grid")]).run()
     assert_bad_clients_named(pd.read_csv(tmp_path / "grid" / "rounds.csv"), caplog.text)
     assert np.isfinite(pd.read_csv(tmp_path / "grid" / "metrics.csv")["accuracy"]).all()
+
+
+#: Client -> how it poisons every array of its replies.
+POISON = {"s01": lambda a: np.full(a.shape, complex("nan+nanj")), "s02": lambda a: np.full(a.shape, 2**40, np.int64),
+          "s03": lambda a: np.full(a.shape, "x", object)}
+
+
+class Poisoner(FedAvg):
+    """FedAvg whose clients in ``POISON`` send arrays of the right names and shapes but a wrong type."""
+
+    name = "poisoner"
+
+    def fit(self, down, state, data, round, seed):
+        up, st = super().fit(down, state, data, round, seed)
+        if data.client_id in POISON:
+            up = Record({k: POISON[data.client_id](a) for k, a in up.arrays.items()}, up.scalars)
+        return up, st
+
+
+def test_replies_of_a_wrong_type_are_left_out_and_the_model_stays_the_honest_ones(tmp_path, monkeypatch):
+    """Complex NaN passed a NaN check made only for floats, and int64 2**40 arrays became the model;
+    both, and object arrays, are left out under their client's name, every round."""
+    from fedwear import methods
+
+    monkeypatch.setitem(methods.METHODS, "poisoner", Poisoner)
+    res = fedwear.run(tiny_config(method="poisoner", clients_per_round=6, rounds=2), tmp_path)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    for dropped in rounds["dropped"]:
+        named = dict(part.split(":", 1) for part in dropped.split(";"))
+        assert set(named) == set(POISON), dropped
+        assert "dtype complex128, not a real number type" in named["s01"]
+        assert "dtype int64, expected floating point as sent" in named["s02"]
+        assert "dtype object, not a real number type" in named["s03"]
+    own = res.metrics[res.metrics["view"] == "personalized"]
+    assert np.isfinite(own["accuracy"]).all() and own.loc[own["round"] == 2, "accuracy"].mean() > 0.4

@@ -262,7 +262,9 @@ class Method:
 
     # ---- checks shared by engines -------------------------------------------------------
     def validate_reply(self, down: Record, reply: Record) -> str | None:
-        """Why a client's reply is malformed (names, shapes, non-finite values), or None. The
+        """Why a client's reply is malformed (names, shapes, a dtype that is not a real number type
+        or is not floating point where the method's own array of that name is, non-finite values),
+        or None. The
         round loop checks the scalars it reads itself, the weight ``num_examples`` first
         (:func:`fedwear.engines.runner.reply_problem`), so an override need not."""
         expected = self.reply_spec(down)
@@ -270,8 +272,13 @@ class Method:
             missing = sorted(set(expected) - set(reply.arrays))
             extra = sorted(set(reply.arrays) - set(expected))
             return f"array names differ (missing {missing[:3]}, unexpected {extra[:3]})"
+        known = {**getattr(self, "initial", {}), **down.arrays}  # what the method started from, then sent
         for key, shape in expected.items():
-            a = reply.arrays[key]
+            a = np.asarray(reply.arrays[key])
+            if a.dtype.kind not in "fiub":  # complex, object, text: nothing a method sends
+                return f"array {key!r} has dtype {a.dtype}, not a real number type"
+            if key in known and np.asarray(known[key]).dtype.kind == "f" and a.dtype.kind != "f":
+                return f"array {key!r} has dtype {a.dtype}, expected floating point as sent"
             if shape is not None and tuple(a.shape) != tuple(shape):
                 return f"array {key!r} has shape {tuple(a.shape)}, expected {tuple(shape)}"
             if a.dtype.kind == "f" and not np.isfinite(a).all():
