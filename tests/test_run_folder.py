@@ -352,3 +352,34 @@ def test_a_typo_in_compare_methods_names_the_option_typed(tmp_path):
     res = cli("compare", str(cfg_path), "--methods", "fedavg,fedavgg", "--out", str(tmp_path / "cmp"))
     assert_one_line_error(res, "--methods: unknown method 'fedavgg'", "did you mean fedavg")
     assert "--set" not in res.stderr and not (tmp_path / "cmp").exists()
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
+    """A shared run folder whose .fedwear-lock points outside it: nothing is opened, truncated or
+    written through the link, and the run is refused in one line."""
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / rundir.LOCK).symlink_to(outside)
+    with pytest.raises(FedwearError, match=r"\.fedwear-lock is a symbolic link .*remove it"):
+        with rundir.RunLock(out):
+            pass
+    assert outside.read_text() == "keep me\n"
+    dangling = tmp_path / "run2"
+    dangling.mkdir()
+    (dangling / rundir.LOCK).symlink_to(tmp_path / "would-be-created")
+    with pytest.raises(FedwearError, match="is a symbolic link"):
+        with rundir.RunLock(dangling):
+            pass
+    assert not (tmp_path / "would-be-created").exists()
+
+
+def test_a_lock_that_is_a_fifo_or_a_folder_is_refused(tmp_path):
+    for make in (os.mkfifo, os.mkdir):
+        out = tmp_path / make.__name__
+        out.mkdir()
+        make(out / rundir.LOCK)
+        with pytest.raises(FedwearError, match=r"\.fedwear-lock is not a regular file: remove it"):
+            with rundir.RunLock(out):
+                pass

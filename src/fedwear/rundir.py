@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +201,19 @@ class RunLock:
         self.made = [p for p in (self.out, *self.out.parents) if not p.exists()]  # to remove if left empty
         self.out.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # never through a link: a shared folder's lock may point at a file outside it
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            except OSError as e:
+                if not self.path.is_symlink() and self.path.exists() and not self.path.is_file():
+                    raise FedwearError(f"{self.path} is not a regular file: remove it, or pass --out with "
+                                       "another folder") from None
+                if not self.path.is_symlink():
+                    raise
+                raise FedwearError(f"{self.path} is a symbolic link ({e.strerror}): fedwear does not write "
+                                   "through links in a run folder; remove it") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise FedwearError(f"{self.path} is not a regular file: remove it, or pass --out with another folder")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
