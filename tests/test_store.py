@@ -10,7 +10,7 @@ import fedwear
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.engines import recordio
 from fedwear.engines.runner import Callback
-from fedwear.engines.store import FOLDER, DiskStore, saved_states
+from fedwear.engines.store import FOLDER, DiskStore, saved_states, state_file
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.methods.api import Record
 from tests.helpers import tiny_config
@@ -66,7 +66,7 @@ def test_disk_store_keeps_records_exactly_and_never_rewrites_a_checkpointed_file
     assert state_files(tmp_path) == {third}
     saved = store.checkpoint()
     store["a/b"], store["c"] = Record({"x": np.full(2, 5.0)}), rec  # then the run is killed
-    (tmp_path / FOLDER / "c.0.npz.tmp").write_bytes(b"half a file")
+    (tmp_path / FOLDER / (state_file("c", b"half") + ".tmp")).write_bytes(b"half a file")  # a write cut short
     resumed = DiskStore(tmp_path / FOLDER)
     resumed.restore(saved)
     assert state_files(tmp_path) == {third} and list(resumed) == ["a/b"]
@@ -169,3 +169,26 @@ def test_disk_store_is_refused_on_the_flower_engines(engine):
     with pytest.raises(ConfigError) as e:
         tiny_config(engine=engine, client_states="disk")
     assert "client_states" in str(e.value) and "engine=sim" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_states_folder_that_is_a_link_is_refused_and_nothing_outside_is_deleted(tmp_path):
+    """A shared run folder's client_states pointing at another folder, with a checkpoint that keeps
+    no clients: --resume deleted every file there. Now nothing is read, written or deleted through it."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "thesis.tex").write_text("keep me\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / FOLDER).symlink_to(outside, target_is_directory=True)
+    for act in (lambda: DiskStore(run / FOLDER), lambda: DiskStore(run / FOLDER, {}).restore({})):
+        with pytest.raises(FedwearError, match="is a symbolic link: fedwear does not write or delete through links"):
+            act()
+    assert (outside / "thesis.tex").read_text() == "keep me\n"
+
+
+def test_the_store_deletes_only_its_own_state_files(tmp_path):
+    store = DiskStore(tmp_path / FOLDER)
+    store["a"] = Record({"x": np.zeros(2)}, {})
+    (tmp_path / FOLDER / "notes.txt").write_text("mine\n")
+    store.restore({})  # a checkpoint that keeps no client: the state file goes, the user's file stays
+    assert [p.name for p in (tmp_path / FOLDER).iterdir()] == ["notes.txt"]

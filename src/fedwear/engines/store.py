@@ -119,6 +119,7 @@ class DiskStore(ClientStore):
 
     def __init__(self, folder: Path, files: dict[str, str] | None = None) -> None:
         self.folder = folder
+        self._own_folder()
         self.files: dict[str, str] = _index(folder, files or {})  # client id -> file of its current state
         self.kept = set(self.files.values())  # files the last saved checkpoint references
         self.superseded: list[str] = []  # replaced files that ``kept`` holds back until the next checkpoint
@@ -137,6 +138,7 @@ class DiskStore(ClientStore):
         name = state_file(cid, data)
         path = self.folder / name
         if not path.exists():  # same name, same bytes: a referenced file is never rewritten
+            self._own_folder()
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(name + ".tmp")
             tmp.write_bytes(data)
@@ -180,6 +182,7 @@ class DiskStore(ClientStore):
         self.superseded = []
 
     def restore(self, saved: dict[str, str]) -> None:
+        self._own_folder()
         files = _index(self.folder, saved)
         missing = [n for n in files.values() if not (self.folder / n).is_file()]
         if missing:
@@ -194,11 +197,21 @@ class DiskStore(ClientStore):
             self.folder.rmdir()
 
     def _remove_unkept(self) -> None:
-        """Delete every file no saved checkpoint references (written after it, or superseded)."""
+        """Delete every state file no saved checkpoint references (written after it, or
+        superseded, or a write's leftover ``.tmp``); files fedwear did not name are left alone."""
+        self._own_folder()
         if self.folder.is_dir():
             for path in self.folder.iterdir():
-                if path.name not in self.kept:
+                ours = STATE_FILE.fullmatch(path.name.removesuffix(".tmp")) and not path.is_symlink()
+                if ours and path.name not in self.kept:
                     path.unlink()
+
+    def _own_folder(self) -> None:
+        """Refuse a states folder that is a link: a shared run folder's ``client_states`` may point
+        anywhere, and writing or deleting through it would reach outside the run folder."""
+        if self.folder.is_symlink():
+            raise FedwearError(f"{self.folder} is a symbolic link: fedwear does not write or delete through "
+                               "links in a run folder; remove it")
 
 
 def open_store(kind: str, out: Path | None) -> ClientStore:
