@@ -383,3 +383,41 @@ def test_a_lock_that_is_a_fifo_or_a_folder_is_refused(tmp_path):
         with pytest.raises(FedwearError, match=r"\.fedwear-lock is not a regular file: remove it"):
             with rundir.RunLock(out):
                 pass
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "metrics.csv", "run.log", "checkpoint.tmp", "client_states",
+                                  "report"])
+def test_resume_refuses_a_run_folder_holding_a_link_and_nothing_outside_changes(tmp_path, name):
+    """A run folder handed over with one of its files (or folders) a link to something outside:
+    --resume is refused in one line before anything is written, and the target is unchanged."""
+    cfg = tiny_config(rounds=2)
+    out = tmp_path / "run"
+    fedwear.run(cfg, out, quiet=True)
+    outside = tmp_path / "outside"
+    if name in ("client_states", "report"):
+        outside.mkdir()
+        (outside / "mine.txt").write_text("keep me\n")
+        if (out / name).exists():
+            import shutil
+
+            shutil.rmtree(out / name)
+    else:
+        outside.write_text("keep me\n")
+        (out / name).unlink(missing_ok=True)
+    (out / name).symlink_to(outside)
+    before = {p.name: p.read_bytes() for p in (outside.iterdir() if outside.is_dir() else [outside])}
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(cfg.model_copy(update={"rounds": 3})))
+    assert_one_line_error(cli("run", str(cfg_path), "--out", str(out), "--resume"), f"{out / name} is a symbolic link")
+    after = {p.name: p.read_bytes() for p in (outside.iterdir() if outside.is_dir() else [outside])}
+    assert after == before
+
+
+def test_the_report_refuses_a_report_folder_that_is_a_link(tmp_path):
+    out = tmp_path / "run"
+    fedwear.run(tiny_config(rounds=1), out, quiet=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (out / "report").symlink_to(outside, target_is_directory=True)
+    assert_one_line_error(cli("report", str(out)), f"{out / 'report'} is a symbolic link")
+    assert list(outside.iterdir()) == []

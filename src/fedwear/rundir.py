@@ -183,6 +183,21 @@ def last_round(rounds_csv: Path) -> int:
         return max((int(r["round"]) for r in complete_rows(f)), default=0)
 
 
+def refuse_links(folder: Path, *subfolders: str) -> None:
+    """A FedwearError naming the first symbolic link among ``folder``'s entries and those of its
+    ``subfolders``: a run folder is shared (results ship with theirs), and fedwear writes, appends
+    to and deletes its files, so a link there could lead it outside the folder."""
+    for where in (folder, *(folder / s for s in subfolders)):
+        if where.is_symlink():
+            raise FedwearError(f"{where} is a symbolic link: fedwear does not write through links in a run "
+                               "folder; remove it (or copy what it points to in its place)")
+        if where.is_dir():
+            for entry in sorted(where.iterdir()):
+                if entry.is_symlink():
+                    raise FedwearError(f"{entry} is a symbolic link: fedwear does not write through links in "
+                                       "a run folder; remove it (or copy what it points to in its place)")
+
+
 class RunLock:
     """Exclusive use of a run folder while a run writes it (a context manager).
 
@@ -232,6 +247,11 @@ class RunLock:
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         os.write(fd, f"fedwear (pid {os.getpid()} on host {socket.gethostname()}, since {started})\n".encode())
         self.fd = fd
+        try:
+            refuse_links(self.out, "client_states", "report")
+        except FedwearError:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

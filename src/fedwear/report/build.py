@@ -28,6 +28,7 @@ from fedwear.report.plots import (
 )
 from fedwear.report.regression import TSNE_WINDOWS, regression_plots, regression_runs
 from fedwear.report.rundir import Comparison, Run, load, unlike_seeds
+from fedwear.rundir import refuse_links
 
 #: Figures of an earlier report (this version's and older ones') removed before a report is written.
 OWN_PNGS = ("headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
@@ -159,6 +160,8 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
     default the first training client, and the t-SNE of ``tsne_windows`` train windows through
     PCFedH's encoder; they load the data too)."""
     target = load(Path(path))
+    if out is None:  # the run folder's own: nothing is written through a link there
+        refuse_links(Path(path), "report")
     out = Path(out) if out is not None else Path(path) / "report"
     groups: Groups = {target.name: [target]} if isinstance(target, Run) else target.runs
     if reference is not None and reference not in groups:
