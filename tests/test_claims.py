@@ -288,9 +288,6 @@ def test_every_paper_registers_its_claims_and_fedwears_own_apart():
                             "dataset: D, margin: -1}")
     with pytest.raises(ConfigError, match="claim a: margin -1 is not a number >= 0"):
         cl.parse_claims(margin, "papers/x.yaml")
-    average = yaml.safe_load("- {id: a, statement: s, source: t, view: v, metric: m, better: x, than: [y, z], "
-                             "dataset: D, average: true}")
-    assert cl.parse_claims(average, "papers/x.yaml")[0].comparisons == (("x", "y+z"),)
 
 
 def test_reproduce_claims_writes_the_ledger_with_its_calibration(tmp_path):

@@ -362,16 +362,14 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path
     out = tmp_path / "run"
     out.mkdir()
     (out / rundir.LOCK).symlink_to(outside)
-    with pytest.raises(FedwearError, match=r"\.fedwear-lock is a symbolic link .*remove it"):
-        with rundir.RunLock(out):
-            pass
+    with pytest.raises(FedwearError, match=r"\.fedwear-lock is a symbolic link .*remove it"), rundir.RunLock(out):
+        pass
     assert outside.read_text() == "keep me\n"
     dangling = tmp_path / "run2"
     dangling.mkdir()
     (dangling / rundir.LOCK).symlink_to(tmp_path / "would-be-created")
-    with pytest.raises(FedwearError, match="is a symbolic link"):
-        with rundir.RunLock(dangling):
-            pass
+    with pytest.raises(FedwearError, match="is a symbolic link"), rundir.RunLock(dangling):
+        pass
     assert not (tmp_path / "would-be-created").exists()
 
 
@@ -380,9 +378,9 @@ def test_a_lock_that_is_a_fifo_or_a_folder_is_refused(tmp_path):
         out = tmp_path / make.__name__
         out.mkdir()
         make(out / rundir.LOCK)
-        with pytest.raises(FedwearError, match=r"\.fedwear-lock is not a regular file: remove it"):
-            with rundir.RunLock(out):
-                pass
+        with pytest.raises(FedwearError, match=r"\.fedwear-lock is not a regular file: remove it"), \
+                rundir.RunLock(out):
+            pass
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "metrics.csv", "run.log", "checkpoint.tmp", "client_states",

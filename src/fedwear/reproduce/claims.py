@@ -4,9 +4,8 @@ Each paper's ``reproduce/papers/<paper>.yaml`` registers the paper's headline cl
 and fedwear's own (``own_claims:``, e.g. the leakage-free protocols) beside its tables: a statement
 in the paper's words, its source with the paper's numbers, the ``fedwear reproduce`` table whose
 runs test it, and the comparison in data (``better`` than ``than`` in ``view``'s ``metric``, a
-``chain`` of methods, each better than the next, an optional non-inferiority ``margin``, ``average``
-for one comparison against the baselines' per-client mean, or ``rounds_to`` for a convergence
-claim). Everything a verdict reads comes from the registry and the runs: the table's run folder,
+``chain`` of methods, each better than the next, an optional non-inferiority ``margin``, or
+``rounds_to`` for a convergence claim). Everything a verdict reads comes from the registry and the runs: the table's run folder,
 its planned seeds and rounds; no text in a results file can move one.
 
 A claim is read off the numbers only. Each run is read at its final round, or at its best round
@@ -61,9 +60,7 @@ HOLDS, FAILS, OPEN, UNTESTABLE = "holds", "does not hold", "inconclusive at this
 @dataclass(frozen=True)
 class Claim:
     """One registered claim: ``comparisons`` are (better, than) pairs of method names (``better``
-    and ``than`` may each list several: every one of ``better`` against every one of ``than``, or
-    with ``average`` one comparison against the per-client mean of the ``than`` methods, named
-    ``a+b+...``); a name ``method@budget`` reads that method's ``view@budget`` (a fine-tuning
+    and ``than`` may each list several: every one of ``better`` against every one of ``than``); a name ``method@budget`` reads that method's ``view@budget`` (a fine-tuning
     budget's view). ``margin`` makes it a non-inferiority claim (``better`` no worse than ``than`` by
     more than ``margin``, in the metric's units); ``rounds_to`` a convergence claim (``better``
     reaches the best mean ``metric`` of method ``rounds_to`` in fewer rounds than ``than``);
@@ -112,8 +109,7 @@ def parse_claims(entries: list[dict], where: str, own: bool = False) -> list[Cla
             pairs = list(zip(chain, chain[1:], strict=False))
         elif "better" in e and "than" in e:
             better, than = ([e[k]] if isinstance(e[k], str) else list(e[k]) for k in ("better", "than"))
-            pairs = ([(b, "+".join(than)) for b in better] if e.get("average") else
-                     [(b, t) for b in better for t in than])
+            pairs = [(b, t) for b in better for t in than]
         else:
             raise ConfigError(f"{where}: claim {name} needs better and than, or a chain of methods")
         if not pairs:
@@ -253,13 +249,6 @@ def paired_frame(a: dict[int, pd.Series], b: dict[int, pd.Series], lower_is_bett
     return frame
 
 
-def mean_of(values: list[dict[int, pd.Series]]) -> dict[int, pd.Series]:
-    """Per seed, the per-client mean of several methods' values (``average`` claims), at the seeds
-    and clients all of them have."""
-    seeds = set.intersection(*(set(v) for v in values))
-    return {s: pd.concat([v[s] for v in values], axis=1).dropna().mean(axis=1) for s in sorted(seeds)}
-
-
 def decide(tests: list[tuple[str, str, SeedTest]], margin: float) -> list[Comparison]:
     """Each comparison's verdict: decided either way when its two-sided p, Holm-adjusted over the
     claim's comparisons (``statsmodels`` ``multipletests``), is below :data:`ALPHA`, the sign of
@@ -295,7 +284,7 @@ def _method_view(name: str, view: str) -> tuple[str, str]:
 
 
 def _labels(claim: Claim) -> set[str]:
-    return {m for pair in claim.comparisons for side in pair for m in side.split("+")}
+    return {m for pair in claim.comparisons for m in pair}
 
 
 def evaluate(claim: Claim, runs_root: Path, data_root: Path,
@@ -351,15 +340,11 @@ def evaluate(claim: Claim, runs_root: Path, data_root: Path,
                                     if (v := client_values(exp, cfg, reader.metrics(cfg, where), view, claim.metric, on_test))
                                     is not None}
 
-    def side(name: str, on_test: bool) -> dict[int, pd.Series]:
-        parts = name.split("+")
-        return read[name, on_test] if len(parts) == 1 else mean_of([read[p, on_test] for p in parts])
-
-    frames = [paired_frame(side(a, False), side(b, False), lower) for a, b in claim.comparisons]
+    frames = [paired_frame(read[a, False], read[b, False], lower) for a, b in claim.comparisons]
     tests = [(a, b, seed_client_test(f, claim.margin)) for (a, b), f in zip(claim.comparisons, frames, strict=True)]
     comparisons = []
     for c, frame in zip(decide(tests, claim.margin), frames, strict=True):
-        on_test = paired_frame(side(c.better, True), side(c.than, True), lower)
+        on_test = paired_frame(read[c.better, True], read[c.than, True], lower)
         comparisons.append(replace(c, frame=frame, effect_on_test=float(
             on_test.groupby("client")["diff"].mean().mean()) if len(on_test) else None))
     return Outcome(claim, verdict_of(comparisons), folder, run_text, comparisons, line=line)
