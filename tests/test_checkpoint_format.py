@@ -221,3 +221,26 @@ def test_what_cannot_come_back_exactly_is_not_written(tmp_path):
     for bad in (Record({"o": np.array([object()])}), Record({}, {"s": {1, 2}}), {"k": {1: 2}}):
         with pytest.raises((TypeError, ValueError)):
             recordio.dumps(bad)
+
+
+def test_a_compressed_archive_is_refused_before_it_inflates(tmp_path):
+    """A zip bomb: 64 MB of zeros deflated to ~64 KB, named as a checkpoint. fedwear writes its
+    archives stored, so a compressed member is refused from its header, never inflated."""
+    import io
+    import zipfile
+
+    path = tmp_path / CHECKPOINT
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (8 * 2**20,)})
+        zf.writestr("model.npy", buf.getvalue() + bytes(64 * 2**20))
+    assert path.stat().st_size < 2**20
+    with pytest.raises(FedwearError, match=r"is compressed \(67108\d+ bytes from \d+\): fedwear writes its archives "
+                                           r"stored and never inflates one"):
+        recordio.read(path, "checkpoint")
+
+
+def test_a_checkpoint_that_is_a_fifo_is_refused_at_once(tmp_path):
+    os.mkfifo(tmp_path / CHECKPOINT)
+    with pytest.raises(FedwearError, match=rf"{tmp_path / CHECKPOINT}: not a readable checkpoint \(not a regular file\)"):
+        recordio.read(tmp_path / CHECKPOINT, "checkpoint")

@@ -22,6 +22,7 @@ import base64
 import io
 import json
 import math
+import stat
 import struct
 import zipfile
 import zlib
@@ -196,11 +197,18 @@ def read(path: Path, what: str) -> object:
 
 
 def _read(path: Path) -> object:
+    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever
+        raise ValueError("not a regular file")
     with path.open("rb") as f:
         head = f.read(4)
     if head != b"PK\x03\x04":
         raise ValueError("not an NPZ archive" + (": it holds pickled data, which fedwear never loads"
                                                  if head[:1] == b"\x80" else ""))
+    with zipfile.ZipFile(path) as zf:  # fedwear stores its members: memory stays bounded by the file
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size > info.compress_size:
+                raise ValueError(f"member {info.filename!r} is compressed ({info.file_size} bytes from "
+                                 f"{info.compress_size}): fedwear writes its archives stored and never inflates one")
     loaded = np.load(path, allow_pickle=False)
     with loaded:
         if any(not n.endswith(".npy") for n in loaded.zip.namelist()):
