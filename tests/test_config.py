@@ -157,3 +157,14 @@ def test_fixed_scaling_is_for_forecasting_datasets_only():
     with pytest.raises(ConfigError) as err:
         tiny_config(**{"dataset.normalize": "fixed"})
     assert "classification dataset" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_huge_rounds_is_refused_in_one_line(tmp_path):
+    """Every round's clients are drawn up front: 10**12 rounds took 14 GB before round 1."""
+    from tests.test_cli import assert_one_line_error
+    from tests.test_cli import fedwear as cli
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("method: fedavg\n")
+    assert_one_line_error(cli("run", str(cfg), "--set", "rounds=1000000000000", "--out", str(tmp_path / "r")),
+                          "key 'rounds'", "less than or equal to 100000")

@@ -182,7 +182,8 @@ class TrackingConfig(Strict):
 
 class RunConfig(Strict):
     method: str = "fedavg"
-    rounds: int = Field(20, ge=1)
+    rounds: int = Field(20, ge=1, le=100_000, description="every round's clients are drawn up front, so a run "
+                        "holds its whole schedule: at most 100,000 (the papers run 100 to 1,000)")
     clients_per_round: int | float = Field(1.0, description="a count (int) or a fraction of clients (float in (0, 1])")
     local_epochs: int = Field(1, ge=0)
     batch_size: int = Field(32, ge=1)
