@@ -18,7 +18,8 @@ decides placebo comparisons (one method's seeds against its other seeds) far abo
   its expectation; then with the seeds' S - 1 degrees of freedom), with Satterthwaite's (1946)
   degrees of freedom;
 * **nested** (fewer than :data:`MIN_CLIENTS` clients at every seed: Meta-HAR's and FedMAT's held-out
-  users, drawn anew per seed): Student's t over the seeds' mean differences (S - 1 degrees of freedom), which holds both the seed and the client variance;
+  users, drawn anew per seed): Student's t over the seeds' mean differences (S - 1 degrees of
+  freedom), which holds both the seed and the client variance;
 * **one seed**: the seed-to-seed variance cannot be seen, so the test decides nothing.
 
 The p-value is two-sided (``scipy.stats.t``), the interval the matching 95% t interval: a
