@@ -86,15 +86,20 @@ class BadWeight(FedAvg):
         return up, st
 
 
+def assert_left_out_every_round(rounds: pd.DataFrame, why: dict[str, str]) -> None:
+    """Every round's ``dropped`` names exactly the clients of ``why``, each for the reason given."""
+    for dropped in rounds["dropped"]:
+        named = dict(part.split(":", 1) for part in dropped.split(";"))
+        assert set(named) == set(why), dropped
+        for cid, reason in why.items():
+            assert reason in named[cid], (cid, named[cid])
+
+
 def assert_bad_clients_named(rounds: pd.DataFrame, log: str) -> None:
     """Each bad client is left out every round for its weight, and no honest one ever is (a NaN
     global model would have every honest reply dropped from round 2 on)."""
-    for dropped in rounds["dropped"]:
-        named = dict(part.split(":", 1) for part in dropped.split(";"))
-        assert set(named) == set(BAD), dropped
-        assert "'num_examples' is nan, not finite" in named["s01"]
-        assert "lacks the scalar 'num_examples'" in named["s02"]
-        assert "above the client's" in named["s03"]
+    assert_left_out_every_round(rounds, {"s01": "'num_examples' is nan, not finite",
+                                         "s02": "lacks the scalar 'num_examples'", "s03": "above the client's"})
     for cid in BAD:
         assert f"client {cid} left out of aggregation: " in log
     assert rounds["aggregated"].all()
@@ -182,11 +187,8 @@ def test_replies_of_a_wrong_type_are_left_out_and_the_model_stays_the_honest_one
     monkeypatch.setitem(methods.METHODS, "poisoner", Poisoner)
     res = fedwear.run(tiny_config(method="poisoner", clients_per_round=6, rounds=2), tmp_path)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    for dropped in rounds["dropped"]:
-        named = dict(part.split(":", 1) for part in dropped.split(";"))
-        assert set(named) == set(POISON), dropped
-        assert "dtype complex128, not a real number type" in named["s01"]
-        assert "dtype int64, expected floating point as sent" in named["s02"]
-        assert "dtype object, not a real number type" in named["s03"]
+    assert_left_out_every_round(rounds, {"s01": "dtype complex128, not a real number type",
+                                         "s02": "dtype int64, expected floating point as sent",
+                                         "s03": "dtype object, not a real number type"})
     own = res.metrics[res.metrics["view"] == "personalized"]
     assert np.isfinite(own["accuracy"]).all() and own.loc[own["round"] == 2, "accuracy"].mean() > 0.4
