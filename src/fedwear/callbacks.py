@@ -29,7 +29,7 @@ from fedwear.version import library_versions
 
 ID_COLUMNS = ["round", "client", "view", "split", "n", "n_train"]
 ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dropped", "aggregated",
-                 "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes"]
+                 "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes", "rejected"]
 #: Pooled confusion counts of a classification run (:class:`CsvSink`): per evaluated round x view x
 #: split, the windows of true class ``true`` predicted as ``pred`` summed over clients (nonzero cells).
 CONFUSION_FILE = "confusion.csv"
@@ -111,6 +111,7 @@ class CsvSink(Callback):
             "aggregated": int(info.aggregated), "train_loss": info.train_loss,
             "eval_bytes_down": info.eval_bytes_down, "eval_bytes_up": info.eval_bytes_up,
             "training_bytes": info.training_bytes,
+            "rejected": ";".join(f"{c}:{why}" for c, why in info.rejected.items()),
         }])
         self.timing.append([{"round": info.round, "wall_s": info.wall_s, "cpu_s": info.cpu_s}])
 

@@ -164,6 +164,8 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         "eval_bytes_up": int(rounds["eval_bytes_up"].sum()) if len(rounds) else 0,
         "eval_bytes_down": int(rounds["eval_bytes_down"].sum()) if len(rounds) else 0,
         "failed_rounds": [int(r) for r in rounds.loc[rounds["aggregated"] == 0, "round"]],
+        "rejected_evaluations": rejected_evaluations(rounds),
+        "evaluated_by": EVALUATED_BY["deployment" if cfg.engine == "flower" else "fedwear"],
         "wall_time_s": float(wall_time_s),
         "seed": cfg.seed,
         "engine": cfg.engine,
@@ -180,6 +182,27 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         "client's message plus the global model; eval_bytes_up: 8 bytes per reported metric value",
         **extra,
     }
+
+
+#: Who computed the metrics of summary.json (its ``evaluated_by``).
+EVALUATED_BY = {
+    "fedwear": "fedwear's own evaluation of every client, in this run's processes",
+    "deployment": "each Flower node's own report: the server checked every row against the windows that node "
+    "declared, the metrics' ranges and its confusion counts (fedwear.engines.rows), but cannot recompute "
+    "them; rows it refused are in rejected_evaluations, never in the means",
+}
+
+
+def rejected_evaluations(rounds: pd.DataFrame) -> dict[str, list[str]]:
+    """Round -> the clients whose evaluation rows that round were refused (rounds.csv ``rejected``;
+    a folder written before fedwear checked rows has none)."""
+    if "rejected" not in rounds:
+        return {}
+    out = {}
+    for r, text in zip(rounds["round"], rounds["rejected"], strict=True):
+        if isinstance(text, str) and text:
+            out[str(int(r))] = [part.split(":", 1)[0] for part in text.split(";")]
+    return out
 
 
 def _best_rule(cfg: RunConfig) -> str:

@@ -89,6 +89,11 @@ def _adapted(method: Method, down: Record, states: dict[str, Record], global_msg
             yield budget, pred
 
 
+def split_sizes(data: ClientData) -> tuple[int, int, int]:
+    """A client's (train, test, val) windows: the ``n_train`` and ``n`` of its evaluation rows."""
+    return len(data.train), len(data.test), len(data.val)
+
+
 def row_client(row: Row, client: str) -> str:
     """The ``client`` column of a row that ``client`` computed."""
     return POOLED if row["view"] == "global_pooled" else client

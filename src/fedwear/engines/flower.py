@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedwear.config import RunConfig
-from fedwear.engines.client import CONFUSION, ClientRuntime, EvalCache, Row
+from fedwear.engines.client import CONFUSION, ClientRuntime, EvalCache, Row, split_sizes
 from fedwear.engines.process import choose_threads, prepare_process
 from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_slices
 from fedwear.engines.secagg import secagg_train, secure_mean
@@ -172,7 +172,8 @@ def handle(slot: ClientSlot, msg, context):
             {"client_id": slot.client_id, "new": slot.new, "trains": slot.trainer is not None,
              "window": window, "channels": channels, "num_classes": classes, "kind": task_kind,
              "target_shift": shift, "target_scale": scale, "classes": list(slot.classes) or [-1],  # -1: none (Flower lists are not empty)
-             "num_train": len(slot.trainer.data.train) if slot.trainer else 0})}), reply_to=msg)
+             "num_train": len(slot.trainer.data.train) if slot.trainer else 0,
+             "sizes": list(split_sizes(slot.evaluator.data)) if slot.evaluator else [-1]})}), reply_to=msg)
     down, conf = from_content(msg.content)
     state = load_state(context)
     rnd = int(conf["round"])
@@ -259,7 +260,14 @@ def roster_from_nodes(info: dict[str, dict]) -> Roster:
         # what each training node reported at the query: the most its replies may weigh
         train_sizes={c: info[c]["num_train"] for c in ids
                      if info[c]["trains"] and isinstance(info[c].get("num_train"), int)},
+        # and the windows of each split it evaluates on: what its evaluation rows must count
+        split_sizes={c: tuple(info[c]["sizes"]) for c in ids if _sizes_ok(info[c].get("sizes"))},
     )
+
+
+def _sizes_ok(sizes: object) -> bool:
+    return (isinstance(sizes, list) and len(sizes) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes))
 
 
 class GridExecutor:

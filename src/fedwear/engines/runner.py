@@ -21,7 +21,8 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
-from fedwear.engines.client import CONFUSION, TRAINING_BYTES, Row, row_client
+from fedwear.engines.client import CONFUSION, TRAINING_BYTES, Row, row_client, split_sizes
+from fedwear.engines.rows import RowRules, rows_problem
 from fedwear.methods import Method, Record, Task
 from fedwear.methods.api import WEIGHT, Selection, client_classes
 from fedwear.seeding import client_schedule
@@ -52,12 +53,14 @@ class RoundInfo:
     clients: list[str]
     bytes_down: int
     bytes_up: int
-    dropped: dict[str, str]
+    dropped: dict[str, str]  # client -> why its training reply was left out of aggregation
     train_loss: float
     wall_s: float
     aggregated: bool = True  # False: too few valid replies, the server state was kept
     rows: list[dict] = field(default_factory=list)  # evaluation rows with "round" and "client"
     eval_bytes_down: int = 0
+    #: client -> why its evaluation rows of the round were refused (:func:`~fedwear.engines.rows.rows_problem`)
+    rejected: dict[str, str] = field(default_factory=dict)
     eval_bytes_up: int = 0
     cpu_s: float = float("nan")  # CPU time of the server's process (with sim: the round's whole work)
     training_bytes: int = 0  # the largest of the replies' training_bytes (0: not measured)
@@ -111,6 +114,9 @@ class Roster:
     classes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each client's own classes
     #: Each training client's train windows, where the server knows them: the most a reply may weigh.
     train_sizes: dict[str, int] = field(default_factory=dict)
+    #: Each evaluated client's (train, test, val) windows, where the server knows them: the ``n``
+    #: and ``n_train`` its evaluation rows must carry (:mod:`fedwear.engines.rows`).
+    split_sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     @staticmethod
     def of(method: Method, data: FederatedData) -> Roster:
@@ -126,6 +132,7 @@ class Roster:
             target=tuple(data.target),
             classes=client_classes(data),
             train_sizes={c.client_id: len(c.train) for c in trainers},
+            split_sizes={c.client_id: split_sizes(c) for c in data.clients + data.new_clients},
         )
 
     def task(self, cfg: RunConfig) -> Task:
@@ -193,6 +200,8 @@ class Runner:
         self.callbacks = callbacks
         ids = roster.clients
         self.schedule = client_schedule(cfg.seed, ids, cfg.rounds, cfg.clients_per_round_count(len(ids)))
+        self.row_rules = RowRules.of(cfg, roster.kind, roster.num_classes, method.budgets, roster.split_sizes,
+                                     roster.clients)
         self.server: Record = method.init_server()
         self.start_round = 1
         self.stop = False
@@ -367,8 +376,15 @@ class Runner:
         extra = global_msg.nbytes if global_msg is not None else 0
         info.eval_bytes_down = sum(d.nbytes + extra for d in downs.values())
         counts: dict[tuple[str, str], list] = {}
+        pooled_seen: set[str] = set()
         for cid in ids + new_ids:
-            for row in results.get(cid, []):
+            rows = results.get(cid, [])
+            if why := rows_problem(rows, cid, cid in new_ids, self.row_rules, pooled_seen):
+                info.rejected[cid] = why
+                log.warning("evaluation %d: rows of client %s refused: %s", r, cid, why)
+                continue
+            pooled_seen.update(str(row["split"]) for row in rows if row["view"] == "global_pooled")
+            for row in rows:
                 row = dict(row)
                 if (cells := row.pop(CONFUSION, None)) is not None:
                     counts.setdefault((str(row["view"]), str(row["split"])), []).append(cells)

@@ -36,7 +36,7 @@ DATA_LINE = re.compile(r" INFO data: .*?, window \d+, (\d+) classes \((.*)\); \d
 #: Numeric columns of metrics.csv that count windows, not metrics (``n`` is an id column).
 COUNTS = ("n_train",)
 #: Text columns of the CSV files; every other column is a number.
-TEXT = ("client", "view", "split", "clients", "dropped")
+TEXT = ("client", "view", "split", "clients", "dropped", "rejected")
 
 
 @dataclass
