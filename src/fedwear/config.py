@@ -154,6 +154,23 @@ class PrivacyConfig(Strict):
     noise_multiplier: float = Field(1.0, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates")
 
 
+class RobustConfig(Strict):
+    """Aggregation that one poisoned client among several cannot take over, for methods whose
+    server averages client arrays (``fedwear.engines.robust``)."""
+
+    rule: Literal["mean", "median", "trimmed_mean"] = Field(
+        "mean", description="each coordinate's weighted mean (the method's own rule), median (Flower's FedMedian; "
+        "Yin et al. 2018) or trimmed mean (Flower's FedTrimmedAvg), both unweighted as Flower's are"
+    )
+    trim: float = Field(0.2, ge=0, lt=0.5, description="trimmed_mean: the fraction of replies cut from each end of "
+                        "every coordinate (Flower's FedTrimmedAvg beta, default 0.2)")
+    norm_bound: float | None = Field(
+        None, gt=0, description="L2 bound on each reply's update (reply minus the global model, over all its float "
+        "arrays), applied by the server before aggregating: a longer update is scaled down to it "
+        "(Sun et al. 2019, norm bounding); null: no bound"
+    )
+
+
 class TrackingConfig(Strict):
     """Experiment trackers the run also logs to (:mod:`fedwear.tracking`); ``tracking: [mlflow]``
     is short for ``tracking: {backends: [mlflow]}``. They do not change the numbers, so they stay
@@ -228,6 +245,7 @@ class RunConfig(Strict):
     evaluation: EvaluationConfig = EvaluationConfig()
     flower: FlowerConfig = FlowerConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    robust: RobustConfig = RobustConfig()
     tracking: TrackingConfig = TrackingConfig()
     method_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     per_method: dict[str, dict[str, Any]] = Field(
@@ -497,6 +515,17 @@ def check_consistency(cfg: RunConfig) -> None:
             f"{private[0]} needs a method whose server averages client arrays "
             f"({', '.join(means)}); method={cfg.method} does not"
         )
+    robust = cfg.robust.rule != "mean" or cfg.robust.norm_bound is not None
+    if robust and not method_class(cfg.method).mean_aggregation:
+        means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)
+        raise ConfigError(f"robust: method={cfg.method} does not aggregate by one mean of client arrays; robust "
+                          f"aggregation applies to {', '.join(means)}")
+    if robust and cfg.flower.secagg.enabled:
+        raise ConfigError("robust and flower.secagg.enabled: under secure aggregation the server sees only the sum "
+                          "of the replies, so it can neither bound nor rank them; use one or the other")
+    if cfg.robust.rule != "mean" and cfg.privacy.dp != "none":
+        raise ConfigError(f"robust.rule={cfg.robust.rule} with privacy.dp: the noise is calibrated for a mean of "
+                          "clipped updates; keep robust.rule=mean (robust.norm_bound composes with DP)")
     if cfg.flower.secagg.enabled and cfg.engine in ("sim", "batched"):
         raise ConfigError("flower.secagg.enabled needs engine=flower-sim or a Flower deployment")
     if cfg.client_states == "disk" and cfg.engine in ("flower-sim", "flower"):

@@ -22,6 +22,7 @@ import numpy as np
 from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
 from fedwear.engines.client import CONFUSION, TRAINING_BYTES, Row, row_client, split_sizes
+from fedwear.engines.robust import robust_aggregate
 from fedwear.engines.rows import RowRules, rows_problem
 from fedwear.methods import Method, Record, Task
 from fedwear.methods.api import WEIGHT, Selection, client_classes
@@ -339,7 +340,8 @@ class Runner:
         needed = max(math.ceil(self.cfg.flower.min_replies * len(clients)), 1)
         aggregated = len(accepted) >= needed or not clients
         if aggregated:
-            self.server = m.aggregate(self.server, accepted, r, plan)
+            self.server = robust_aggregate(lambda replies: m.aggregate(self.server, replies, r, plan), self.server,
+                                           accepted, self.cfg.robust)
         else:
             log.error("round %d: %d of %d replies accepted (< %d needed): server state unchanged",
                       r, len(accepted), len(clients), needed)
