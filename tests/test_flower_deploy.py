@@ -44,8 +44,8 @@ def free_port() -> int:
 def processes():
     procs: list[subprocess.Popen] = []
 
-    def start(args: list[str], log: Path, home: Path) -> subprocess.Popen:
-        env = {**os.environ, "TMPDIR": str(home)}  # fedwear's FLWR_HOME folders go under TMPDIR
+    def start(args: list[str], log: Path, home: Path, env: dict | None = None) -> subprocess.Popen:
+        env = {**os.environ, **(env or {}), "TMPDIR": str(home)}  # fedwear's FLWR_HOME folders go under TMPDIR
         home.mkdir(parents=True, exist_ok=True)
         p = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
                              preexec_fn=_default_signals)
@@ -329,6 +329,59 @@ def test_unregistered_supernode_is_refused_and_the_run_completes(tmp_path):
     assert_streamed(tmp_path / "serve.log", out)
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics["client"]) == {"s01", "s02"}
+
+
+def test_a_malicious_registered_node_is_refused_round_by_round_and_the_numbers_stay_honest(tmp_path):
+    """Three registered nodes over TLS; s03's runs fedwear patched by ``tests/malicious_node``:
+    complex, then integer, then finite but poisoned training replies, and forged evaluation rows
+    every round. Its type-broken replies and every one of its rows are refused and named, the
+    honest replies are kept, the median (``robust.rule``) keeps the poisoned float reply from
+    taking the model, and every reported number is the honest nodes'."""
+    from fedwear.callbacks import CHECKPOINT, load_checkpoint
+
+    cfg = tiny_config(**{"rounds": 3, "clients_per_round": 3, "local_epochs": 3, "dataset.held_out": 0,
+                         "dataset.synthetic.num_subjects": 3, "flower.round_timeout": 120, "engine": "flower",
+                         "robust.rule": "median"})
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(cfg))
+    certs, out = tmp_path / "certs", tmp_path / "run"
+    res = subprocess.run([*FEDWEAR, "flower", "certs", str(certs), "--nodes", "3"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    port = free_port()
+    malicious = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "malicious_node"),
+                                                os.environ.get("PYTHONPATH", "")])}
+    with processes() as start:
+        start([*FEDWEAR, "flower", "superlink", "--certs", str(certs), "--node-keys", str(certs / "nodes"),
+               "--port", str(port)], tmp_path / "link.log", tmp_path / "h_link")
+        wait_for(lambda: (tmp_path / "link.log").read_text().count("registered SuperNode") == 3, 120,
+                 "the SuperLink to register three nodes")
+        for i, client in enumerate(("s01", "s02", "s03"), 1):
+            start([*FEDWEAR, "flower", "client", str(cfg_path), "--client", client,
+                   "--node-key", str(certs / "nodes" / f"node{i}.key"), "--superlink", f"127.0.0.1:{port}",
+                   "--root-certificates", str(certs / "ca.crt"), "--port", str(free_port())],
+                  tmp_path / f"node{i}.log", tmp_path / f"h_node{i}", malicious if client == "s03" else None)
+        server = serve(start, tmp_path, cfg_path, f"127.0.0.1:{port}", certs, out, nodes=3)
+        assert server.wait(timeout=600) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    rounds = pd.read_csv(out / "rounds.csv", keep_default_na=False).set_index("round")
+    assert rounds.loc[1, "dropped"].startswith("s03:") and "complex128, not a real number type" in rounds.loc[1, "dropped"]
+    assert rounds.loc[2, "dropped"].startswith("s03:") and "dtype int64" in rounds.loc[2, "dropped"]
+    assert rounds.loc[3, "dropped"] == ""  # well-typed: left to the median
+    assert rounds["aggregated"].all()
+    for r, says in ((1, "accuracy=7.0: outside [0, 1]"), (2, "n=1000000000, but the client's test split"),
+                    (3, "accuracy=1.0, but its confusion counts give")):
+        assert rounds.loc[r, "rejected"].startswith("s03:") and says in rounds.loc[r, "rejected"], rounds.loc[r]
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert set(metrics["client"]) == {"s01", "s02"}
+    assert metrics[["accuracy", "macro_f1"]].apply(lambda c: c.between(0, 1)).all().all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rejected_evaluations"] == {"1": ["s03"], "2": ["s03"], "3": ["s03"]}
+    assert summary["evaluated_by"].startswith("each Flower node's own report")
+    final = metrics[(metrics["round"] == 3) & (metrics["view"] == "personalized") & (metrics["split"] == "test")]
+    assert summary["final"]["personalized"]["accuracy"] == pytest.approx(np.average(final["accuracy"],
+                                                                                    weights=final["n"]))
+    server_state = load_checkpoint(out / CHECKPOINT)["server"]
+    assert all(np.isfinite(a).all() and a.dtype == np.float32 for a in server_state.arrays.values())
+    assert summary["final"]["global"]["accuracy"] > 0.6, summary["final"]  # chance 1/3; a mean of the 3 replies: 0
 
 
 @pytest.mark.parametrize("args, message", [

@@ -419,3 +419,31 @@ def test_the_report_refuses_a_report_folder_that_is_a_link(tmp_path):
     (out / "report").symlink_to(outside, target_is_directory=True)
     assert_one_line_error(cli("report", str(out)), f"{out / 'report'} is a symbolic link")
     assert list(outside.iterdir()) == []
+
+
+def test_a_second_comparison_into_the_same_folder_is_refused_at_once_and_the_first_writes_its_table(tmp_path):
+    """Both used to fail without a table: the refused one kept running its queued runs into the
+    first one's folders."""
+    cfg_path = slow_config_file(tmp_path, rounds=60)
+    root = tmp_path / "cmp"
+    args = ["compare", str(cfg_path), "--methods", "local,fedavg", "--seeds", "0,1", "--out", str(root), "--jobs", "2",
+            "--quiet"]
+    first = subprocess.Popen([*CMD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(root / "local-s0" / "rounds.csv", 2, first)
+    started = time.monotonic()
+    second = cli(*args)
+    assert time.monotonic() - started < 30
+    assert_one_line_error(second, f"{root} is in use by", f"pid {first.pid}")
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    assert (root / "table.md").is_file() and "fedavg" in (root / "table.md").read_text()
+    assert not (root / rundir.LOCK).exists()
+
+
+def test_a_worker_s_warnings_reach_stderr_named_by_their_run_folder(tmp_path):
+    cfg_path = slow_config_file(tmp_path, rounds=2, clients_per_round=100)
+    root = tmp_path / "cmp"
+    res = cli("compare", str(cfg_path), "--methods", "local,fedavg", "--out", str(root), "--jobs", "2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    for name in ("local-s0", "fedavg-s0"):
+        assert f"{root / name}: WARNING: clients_per_round=100, but there are only 6 training clients" in res.stderr

@@ -10,10 +10,12 @@ started them dies.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -58,10 +60,21 @@ def writing(folders: Iterable[Path], since: float) -> int:
     return count
 
 
+def warnings_to_stderr(out: Path) -> None:
+    """fedwear's warnings and errors on this worker process's stderr, each line starting with the
+    run folder ``out`` (a grid's worker runs one run: the parent's console handler is not here)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(f"{out}: %(levelname)s: %(message)s"))
+    logging.getLogger("fedwear").addHandler(handler)
+
+
 def run_one(cfg: RunConfig, out: Path, overwrite: bool, quiet: bool, until: int | None = None,
             jobs: int = 1) -> dict:
     from fedwear.api import run
 
+    if jobs > 1:  # in a worker process of the grid
+        warnings_to_stderr(out)
     return run(cfg, out, resume=not overwrite, overwrite=overwrite, quiet=quiet, until=until, restart=True,
                execution={"jobs": jobs}).summary
 
@@ -104,7 +117,7 @@ def run_grid(runs: list[Planned], jobs: int = 1, overwrite: bool = False, quiet:
         pool.shutdown(wait=True, cancel_futures=True)  # the runs under way save what they can
         raise
     except BaseException:
-        pool.shutdown(wait=True)  # the other runs finish before the error is raised
+        pool.shutdown(wait=True, cancel_futures=True)  # runs not started are dropped; those under way finish
         raise
     pool.shutdown()
     return out

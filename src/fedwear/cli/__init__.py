@@ -109,6 +109,7 @@ def compare(
     from fedwear.compare import run_grid
     from fedwear.config import load_config
     from fedwear.report.tables import comparison_table
+    from fedwear.rundir import RunLock
 
     console_logging()
     try:
@@ -135,23 +136,23 @@ def compare(
                 if threads and base.threads is None:
                     sets.append(f"threads={threads}")
                 runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
-        done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 or executor != "local" else None,
-                        executor=executor, address=ray_address, slurm=slurm_options)
-        summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
-        tests = None
-        if test_against is not None:
-            from fedwear.reproduce.claims import tests_against
+        with RunLock(root):  # a second comparison into this folder is refused before it starts anything
+            done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 or executor != "local" else None,
+                            executor=executor, address=ray_address, slurm=slurm_options)
+            summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
+            tests = None
+            if test_against is not None:
+                from fedwear.reproduce.claims import tests_against
 
-            tests = tests_against({name: [(done[where], where) for n, _, where in runs if n == name] for name in names},
-                                  test_against, select, base)
-        md, frame = comparison_table(summaries, select, base, tests)
+                tests = tests_against({name: [(done[where], where) for n, _, where in runs if n == name]
+                                       for name in names}, test_against, select, base)
+            md, frame = comparison_table(summaries, select, base, tests)
+            (root / "table.md").write_text(md + "\n")
+            frame.to_csv(root / "table.csv", index=False)
     except FedwearError as e:
         fail(e)
     except KeyboardInterrupt as e:
         interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "table.md").write_text(md + "\n")
-    frame.to_csv(root / "table.csv", index=False)
     typer.echo(md)
     typer.echo(f"\ntable: {root / 'table.md'} and {root / 'table.csv'}")
     _exit_on_failed_rounds({str(where): s for where, s in done.items()})
