@@ -94,6 +94,26 @@ def test_overwrite_removes_only_what_fedwear_wrote(tmp_path):
     assert json.loads((out / "summary.json").read_text())["seed"] == 1
 
 
+def test_overwrite_removes_only_fedwear_s_files_inside_its_subfolders(tmp_path):
+    """report/, client_states/ and tensorboard/ are fedwear's folders, but a user may keep a file
+    in one: it stays, and so does its folder; a folder left empty goes."""
+    from fedwear.report.build import write_report
+
+    out = tmp_path / "run"
+    fedwear.run(tiny_config(client_states="disk"), out)
+    write_report(out)
+    assert (out / "report" / "headline.png").is_file() and any((out / "client_states").glob("*.npz"))
+    (out / "report" / "notes.md").write_text("mine")
+    (out / "report" / "draft.png").write_text("mine")
+    (out / "client_states" / "keep.npz").write_text("mine")
+    fedwear.run(tiny_config(seed=1), out, overwrite=True)  # memory states: no client_states folder of its own
+    assert sorted(p.name for p in (out / "report").iterdir()) == ["draft.png", "notes.md"]
+    assert [p.name for p in (out / "client_states").iterdir()] == ["keep.npz"]
+    (out / "client_states" / "keep.npz").unlink()
+    fedwear.run(tiny_config(seed=2), out, overwrite=True)
+    assert not (out / "client_states").exists()
+
+
 def test_an_old_run_folder_is_refused_until_upgraded(tmp_path):
     """A folder of format 1 (no marker, hashes that counted threads) is named as such; `fedwear
     upgrade` adopts it, and a finished one is then reused as it is."""

@@ -24,10 +24,11 @@ its process dies, so a crash never leaves a folder locked.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import fnmatch
 import json
 import os
-import shutil
 import socket
 import stat
 import time
@@ -43,6 +44,7 @@ from fedwear.callbacks import (
 )
 from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
+from fedwear.engines.store import STATE_FILE
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.version import __version__, library_versions
 
@@ -52,7 +54,13 @@ MARKER = ".fedwear-run"
 FORMAT = 2
 #: The lock file of :class:`RunLock` (it names the holder).
 LOCK = ".fedwear-lock"
-#: Files (and folders) a run writes; ``--overwrite`` removes exactly these.
+#: The files of ``fedwear report``'s folder (glob patterns, this version's and older ones').
+REPORT_FILES = ("index.html", "headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
+                "confusion-*.png", "f1-*.png", "cost.png", "bytes_*.png", "train_loss.png", "wall_time.png",
+                "embeddings-*.png", "embeddings-tsne.json", "forecast-*.png", "prototypes-*.png")
+#: What fedwear writes inside a run folder's subfolders (client states: ``STATE_FILE``).
+SUBFOLDER_FILES = {"report": REPORT_FILES, "tensorboard": ("events.out.tfevents.*",)}
+#: Files (and folders) a run writes; ``--overwrite`` removes these (in folders, what fedwear wrote).
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", CONFUSION_FILE, "summary.json", CHECKPOINT,
              "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report", "tracking.json",
              "tensorboard")
@@ -165,14 +173,29 @@ def moved_since(checkpoint: dict) -> str | None:
     return "; ".join(moved) or None
 
 
+def _ours(folder: str, name: str) -> bool:
+    """Whether fedwear wrote the file ``name`` in the run folder's subfolder ``folder``."""
+    if folder == STATES_FOLDER:
+        return STATE_FILE.fullmatch(name.removesuffix(".tmp")) is not None
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SUBFOLDER_FILES.get(folder, ()))
+
+
 def clear(out: Path) -> None:
-    """Remove a previous run's files from ``out`` (other files stay)."""
+    """Remove a previous run's files from ``out``: the :data:`RUN_FILES`, and in its subfolders
+    (client states, report, TensorBoard events) only the files fedwear names so, then each
+    subfolder that this left empty. Other files, and what links point to, stay."""
     for name in RUN_FILES:
         path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
+        if path.is_symlink() or not path.exists():
+            continue  # a link is refused before any run starts (refuse_links); never followed here
+        if not path.is_dir():
             path.unlink()
+            continue
+        for entry in path.iterdir():
+            if entry.is_file() and not entry.is_symlink() and _ours(name, entry.name):
+                entry.unlink()
+        with contextlib.suppress(OSError):  # a user's file left in it keeps it
+            path.rmdir()
 
 
 def last_round(rounds_csv: Path) -> int:

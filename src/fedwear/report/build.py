@@ -28,12 +28,7 @@ from fedwear.report.plots import (
 )
 from fedwear.report.regression import TSNE_WINDOWS, regression_plots, regression_runs
 from fedwear.report.rundir import Comparison, Run, load, unlike_seeds
-from fedwear.rundir import refuse_links
-
-#: Figures of an earlier report (this version's and older ones') removed before a report is written.
-OWN_PNGS = ("headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
-            "confusion-*.png", "f1-*.png", "cost.png", "bytes_*.png", "train_loss.png", "wall_time.png",
-            "embeddings-*.png", "forecast-*.png", "prototypes-*.png")
+from fedwear.rundir import REPORT_FILES, refuse_links
 
 
 def all_plots(groups: Groups, out: Path, reference: str | None = None,
@@ -173,9 +168,10 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                            "a regression run: add --embeddings or drop --root")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for pattern in OWN_PNGS:  # figures of an earlier report that may no longer apply
+        for pattern in REPORT_FILES:  # an earlier report's files, which may no longer apply
             for old in out.glob(pattern):
-                old.unlink()
+                if old.is_file() and not old.is_symlink():
+                    old.unlink()
         if isinstance(target, Run):
             title = f"fedwear report: {target.path.name} ({target.label})"
             meta, tables = _run_meta(target), _run_tables(target)
