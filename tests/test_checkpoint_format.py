@@ -244,3 +244,40 @@ def test_a_checkpoint_that_is_a_fifo_is_refused_at_once(tmp_path):
     os.mkfifo(tmp_path / CHECKPOINT)
     with pytest.raises(FedwearError, match=rf"{tmp_path / CHECKPOINT}: not a readable checkpoint \(not a regular file\)"):
         recordio.read(tmp_path / CHECKPOINT, "checkpoint")
+
+
+def test_a_stored_member_declaring_more_than_it_holds_is_refused_before_any_allocation(tmp_path):
+    """A .npy header may declare any shape; numpy allocates it before reading. A 10**12-element
+    declaration in a few bytes was a MemoryError traceback (or terabytes asked of the OS)."""
+    import io
+    import resource
+    import zipfile
+
+    path = tmp_path / CHECKPOINT
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+        zf.writestr("model.npy", buf.getvalue() + bytes(64))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(FedwearError, match=r"member 'model.npy' declares 8000000000000 bytes of data in a \d+-byte "
+                                           r"member\); rerun with --overwrite"):
+        recordio.read(path, "checkpoint")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: nothing was allocated
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype"])
+def test_a_checkpoint_whose_arrays_the_model_cannot_take_is_one_line_on_resume(tmp_path, change):
+    """Wrong shapes were a torch RuntimeError traceback; int64 arrays resumed silently."""
+    cfg = tiny_config(rounds=4)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, out, callbacks=[Interrupt(after=2)])
+    ckpt = load_checkpoint(out / CHECKPOINT)
+    key = next(iter(ckpt["server"].arrays))
+    a = ckpt["server"].arrays[key]
+    ckpt["server"].arrays[key] = np.zeros(a.size + 1, a.dtype) if change == "shape" else a.astype(np.int64)
+    save_checkpoint(out / CHECKPOINT, ckpt)
+    with pytest.raises(FedwearError) as e:
+        fedwear.run(cfg, out, resume=True)
+    text = one_line_error(e, out / CHECKPOINT, f"the server's array {key!r} is", "rerun with --overwrite")
+    assert ("int64" in text) if change == "dtype" else (f"[{a.size + 1}]" in text)

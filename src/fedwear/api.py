@@ -15,7 +15,15 @@ from pathlib import Path
 import pandas as pd
 
 from fedwear import rundir, tracking
-from fedwear.callbacks import Checkpointer, CsvSink, EarlyStopping, Pause, Progress, RunLog
+from fedwear.callbacks import (
+    CHECKPOINT,
+    Checkpointer,
+    CsvSink,
+    EarlyStopping,
+    Pause,
+    Progress,
+    RunLog,
+)
 from fedwear.config import RunConfig, dump_config, load_config
 from fedwear.data import load_federated
 from fedwear.data.types import FederatedData
@@ -132,7 +140,7 @@ def run(
                                   pooled_test(data), cfg, test_slices(data), out=out)
                 runner = Runner(cfg, method, roster, executor, cbs)
                 if plan.checkpoint is not None:
-                    runner.restore(plan.checkpoint)
+                    runner.restore(plan.checkpoint, str(out / CHECKPOINT))
                 runner.run()
             if runner is not None and runner.interrupted and runner.completed < cfg.rounds:
                 raise RunInterrupted(f"{out}: {runner.interruption()}")

@@ -196,6 +196,20 @@ def read(path: Path, what: str) -> object:
         raise FedwearError(f"{path}: not a readable {what} ({reason}); rerun with --overwrite") from None
 
 
+def _fits(member: IO[bytes], info: zipfile.ZipInfo) -> None:
+    """A ValueError unless the ``.npy`` header of ``member`` declares an array that its stored
+    bytes can hold: numpy allocates the declared size before reading (a shape of 10**12 in a
+    few bytes would take terabytes)."""
+    version = np.lib.format.read_magic(member)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"member {info.filename!r} is .npy version {version}: fedwear writes 1.0 or 2.0")
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = header(member)
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > info.file_size:
+        raise ValueError(f"member {info.filename!r} declares {declared} bytes of data in a {info.file_size}-byte member")
+
+
 def _read(path: Path) -> object:
     if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever
         raise ValueError("not a regular file")
@@ -209,6 +223,8 @@ def _read(path: Path) -> object:
             if info.compress_type != zipfile.ZIP_STORED or info.file_size > info.compress_size:
                 raise ValueError(f"member {info.filename!r} is compressed ({info.file_size} bytes from "
                                  f"{info.compress_size}): fedwear writes its archives stored and never inflates one")
+            with zf.open(info) as member:
+                _fits(member, info)
     loaded = np.load(path, allow_pickle=False)
     with loaded:
         if any(not n.endswith(".npy") for n in loaded.zip.namelist()):

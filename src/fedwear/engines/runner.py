@@ -24,6 +24,7 @@ from fedwear.data.types import FederatedData, Windows
 from fedwear.engines.client import CONFUSION, TRAINING_BYTES, Row, row_client, split_sizes
 from fedwear.engines.robust import robust_aggregate
 from fedwear.engines.rows import RowRules, rows_problem
+from fedwear.errors import FedwearError
 from fedwear.methods import Method, Record, Task
 from fedwear.methods.api import WEIGHT, Selection, client_classes
 from fedwear.seeding import client_schedule
@@ -191,6 +192,15 @@ def reply_problem(reply: Record, train_size: int | None) -> str | None:
     return None
 
 
+def unlike(saved: Record, want: dict[str, np.ndarray]) -> str | None:
+    """The first array of ``saved`` whose shape or type differs from ``want``'s array of that name."""
+    for key, a in saved.arrays.items():
+        w = want.get(key)
+        if w is not None and (a.shape != w.shape or a.dtype != w.dtype):
+            return f"array {key!r} is {a.dtype} {list(a.shape)} (expected {w.dtype} {list(w.shape)})"
+    return None
+
+
 class Runner:
     def __init__(self, cfg: RunConfig, method: Method, roster: Roster, executor: Executor,
                  callbacks: list[Callback]) -> None:
@@ -211,8 +221,17 @@ class Runner:
         self.interrupted: str | None = None  # "after" (at the end of a round) or "during" a round
         self.failed = False  # an error ended the run
 
-    def restore(self, checkpoint: dict) -> None:
-        """Continue after ``checkpoint["round"]`` (see ``fedwear.callbacks.Checkpointer``)."""
+    def restore(self, checkpoint: dict, source: str = "the checkpoint") -> None:
+        """Continue after ``checkpoint["round"]`` (see ``fedwear.callbacks.Checkpointer``);
+        ``source`` names it in the one line refusing arrays the config's model cannot take."""
+        fresh = self.method.init_server()
+        model = getattr(self.method, "initial", {})  # the model's own arrays, where the method has one
+        states = {c: s for c, s in checkpoint["clients"].items() if isinstance(s, Record)}  # not a file index
+        for what, saved, want in [("the server's", checkpoint["server"], fresh.arrays),
+                                  *((f"client {c}'s", s, model) for c, s in states.items())]:
+            if why := unlike(saved, want):
+                raise FedwearError(f"{source}: {what} {why}, but this config's model makes it otherwise; "
+                                   "rerun with --overwrite")
         self.server = checkpoint["server"]
         self.executor.restore(checkpoint["clients"])
         self.start_round = checkpoint["round"] + 1
