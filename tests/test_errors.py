@@ -153,3 +153,71 @@ def test_other_os_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr("fedwear.cli.app", missing)
     with pytest.raises(FileNotFoundError):
         main()
+
+
+# --- damaged files in a run folder: one line naming the file, its line or key ---------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import fedwear
+
+    out = tmp_path_factory.mktemp("runs") / "base"
+    fedwear.run(tiny_config(rounds=2), out)
+    return out
+
+
+def damaged(finished_run: Path, tmp_path: Path, name: str, text: str) -> Path:
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / name).write_text(text)
+    return out
+
+
+def metrics_with(finished_run: Path, column: str, value: str) -> str:
+    lines = (finished_run / "metrics.csv").read_text().splitlines()
+    at = lines[0].split(",").index(column)
+    cells = lines[3].split(",")
+    cells[at] = value
+    return "\n".join([*lines[:3], ",".join(cells), *lines[4:]]) + "\n"
+
+
+@pytest.mark.parametrize(("name", "edit", "says"), [
+    ("metrics.csv", lambda run: metrics_with(run, "accuracy", "high"), "metrics.csv, line 4: accuracy is 'high', not a number"),
+    ("metrics.csv", lambda run: metrics_with(run, "accuracy", "7.0"), "metrics.csv, line 4: accuracy is 7.0, not a possible value"),
+    ("metrics.csv", lambda run: metrics_with(run, "auc", "-inf"), "metrics.csv, line 4: auc is -inf, not a possible value"),
+    ("timing.csv", lambda run: "round,wall_s,cpu_s\n1,abc,1\n2,1,1\n", "timing.csv, line 2: wall_s is 'abc', not a number"),
+    ("rounds.csv", lambda run: "round,bytes_down,bytes_up,train_loss\n1,x,1,0.5\n", "rounds.csv, line 2: bytes_down is 'x'"),
+    ("summary.json", lambda run: '{"final": {"personalized": "x"}}', "final.personalized is 'x' (input should be a valid dictionary)"),
+    ("summary.json", lambda run: '{"final": {"personalized": {"accuracy": "x"}}}', "final.personalized.accuracy is 'x'"),
+    ("summary.json", lambda run: '{"final": {}, "best": []}', "best is []"),
+    ("summary.json", lambda run: '{"final": {}, "final_stats": "x"}', "final_stats is 'x'"),
+    ("summary.json", lambda run: '{"final": {}, "wall_time_s": "x"}', "wall_time_s is 'x'"),
+    ("summary.json", lambda run: '{"final": {}, "bytes_up": "x"}', "bytes_up is 'x'"),
+    ("summary.json", lambda run: '{"final": {}, "config_hash": 5}', "config_hash is 5"),
+    ("summary.json", lambda run: '{"final": {}, "failed_rounds": "x"}', "failed_rounds is 'x'"),
+    ("summary.json", lambda run: '{"final": {}, "n_clients": "x"}', "n_clients is 'x'"),
+    ("summary.json", lambda run: '[]', "has no 'final' results"),
+])
+def test_a_damaged_run_file_is_one_line_for_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture, finished_run: Path, name, edit,
+                                                       says) -> None:
+    out = damaged(finished_run, tmp_path, name, edit(finished_run))
+    code, err = fedwear_main(monkeypatch, capsys, "report", str(out))
+    assert code == 2 and str(out / name) in one_error_line(err) and says in err, err
+
+
+def test_a_run_whose_every_metric_is_nan_still_gets_its_report(tmp_path: Path, finished_run: Path) -> None:
+    """NaN is what a run that reported no number writes (a diverged model): not an error, but no
+    curve to draw (the legend of an empty figure was a numpy traceback)."""
+    import pandas as pd
+
+    from fedwear.report.build import write_report
+
+    metrics = pd.read_csv(finished_run / "metrics.csv")
+    metrics[["accuracy", "macro_f1", "auc"]] = float("nan")
+    out = damaged(finished_run, tmp_path, "metrics.csv", metrics.to_csv(index=False))
+    assert write_report(out).is_file()
+    assert not (out / "report" / "curves.png").exists()

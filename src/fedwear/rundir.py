@@ -46,6 +46,7 @@ from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.engines.store import STATE_FILE
 from fedwear.errors import ConfigError, FedwearError
+from fedwear.summary import read_summary
 from fedwear.version import __version__, library_versions
 
 #: Written first into every run folder: what makes a folder a run folder.
@@ -101,7 +102,8 @@ def finished_summary(cfg: RunConfig, out: Path) -> dict | None:
     """The summary of the finished run of ``cfg`` in ``out``, or None (reading nothing else)."""
     if not is_run(out) or _config_hash(out) != cfg.hash():
         return None
-    return _read_json(out / "summary.json")
+    data = _read_json(out / "summary.json")
+    return None if data is None else read_summary(data, out / "summary.json")
 
 
 def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool = False) -> Plan:

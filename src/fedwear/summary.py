@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fedwear.config import METRICS, RunConfig, task_kind
+from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, client_weights, summarize
 from fedwear.version import library_versions
 
@@ -223,3 +225,47 @@ def _best_rule(cfg: RunConfig) -> str:
 
 
 __all__ = ["aggregate_metrics", "build_summary", "coverage"]
+
+
+Number = float | None  # NaN is written as null by some tools, and as NaN by json
+
+
+class SummaryFile(BaseModel):
+    """The parts of summary.json that fedwear reads back (the report, compare's table, reuse of a
+    finished run), typed; other keys pass as they are. Missing parts default as an older
+    fedwear wrote them."""
+
+    model_config = ConfigDict(extra="allow")
+    method: str | None = None
+    seed: int | None = None
+    final: dict[str, dict[str, Number]]
+    best: dict[str, dict[str, Number]] = {}
+    final_stats: dict[str, dict[str, dict[str, Number]]] = {}
+    best_stats: dict[str, dict[str, dict[str, Number]]] = {}
+    final_round: int | None = None
+    best_round: int | None = None
+    best_rounds: dict[str, int] = {}
+    n_clients: dict[str, dict[str, int]] = {}
+    missing: dict[str, dict[str, list]] = {}
+    failed_rounds: list[int] = []
+    wall_time_s: float = 0.0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    eval_bytes_up: int = 0
+    eval_bytes_down: int = 0
+    config_hash: str | None = None
+
+
+def read_summary(data: object, path: object) -> dict:
+    """``data`` (summary.json parsed) checked as :class:`SummaryFile`; a one-line FedwearError
+    naming ``path``, the first wrong key and the fix otherwise."""
+    if not isinstance(data, dict) or not isinstance(data.get("final"), dict):
+        raise FedwearError(f"{path} has no 'final' results; rerun the experiment with `fedwear run`")
+    try:
+        SummaryFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(k) for k in err["loc"])
+        raise FedwearError(f"{path}: {key} is {err['input']!r} ({err['msg'].lower()}); rerun the experiment "
+                           "with `fedwear run` (or finish it with --resume)") from None
+    return data

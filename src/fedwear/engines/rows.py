@@ -29,7 +29,7 @@ import numpy as np
 
 from fedwear.config import KIND_METRICS, RunConfig
 from fedwear.engines.client import CONFUSION
-from fedwear.evaluation.metrics import per_class_f1
+from fedwear.evaluation.metrics import METRIC_RANGE, impossible_value, per_class_f1
 from fedwear.evaluation.naive import NAIVE
 
 #: Where a recomputed accuracy or macro-F1 may differ from the reported one (float rounding).
@@ -119,11 +119,9 @@ def _row_problem(row: dict, client: str, base: str, split: str, rules: RowRules)
         v = row[m]
         if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
             return f"{m}={v!r}: not a number"
-        v = float(v)
-        high = 1.0 if rules.kind == "classification" else math.inf  # a diverged forecaster errs by inf
-        if not math.isnan(v) and not 0.0 <= v <= high:
-            return f"{m}={v!r}: outside [0, {high:g}]"
-        values[m] = v
+        if impossible_value(m, v):
+            return f"{m}={v!r}: outside [{METRIC_RANGE[m][0]:g}, {METRIC_RANGE[m][1]:g}]"
+        values[m] = float(v)
     if rules.kind == "classification":
         return _confusion_problem(row.get(CONFUSION), n, values, rules.num_classes)
     if CONFUSION in row:

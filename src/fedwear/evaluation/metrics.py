@@ -14,6 +14,7 @@ call, which is most of an evaluation round with many small clients (200 clients:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def classification_metrics(y: np.ndarray, logits: np.ndarray, auc: str = "macro_ovr") -> dict[str, float]:
@@ -102,6 +103,55 @@ def summarize(values: np.ndarray, weights: np.ndarray, lower_is_better: bool = F
 
 #: Metrics where lower is better (regression later); every other metric is higher-is-better.
 LOWER_IS_BETTER: frozenset[str] = frozenset({"mse", "mae", "mape", "loss"})
+#: The values a metric can take: proportions in [0, 1], errors >= 0 (inf: a diverged forecaster).
+METRIC_RANGE: dict[str, tuple[float, float]] = {"accuracy": (0.0, 1.0), "macro_f1": (0.0, 1.0), "auc": (0.0, 1.0),
+                                                 "mse": (0.0, np.inf), "mae": (0.0, np.inf), "mape": (0.0, np.inf)}
+#: Metrics defined on every window set with at least one window (AUC is not: one class only).
+DEFINED_WHEN_ANY = ("accuracy", "macro_f1", "mse", "mae", "mape")
+
+
+def impossible_value(metric: str, value: object, n: object = None, strict: bool = False) -> bool:
+    """Whether ``value`` cannot be ``metric`` of a set of ``n`` windows: not a number, or outside
+    :data:`METRIC_RANGE`. ``strict`` (to compare runs on it) also refuses what only a diverged or
+    broken run reports: inf, and NaN where the metric is defined (``n`` > 0 or unknown). Other
+    metrics are never impossible."""
+    if metric not in METRIC_RANGE:
+        return False
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    if np.isnan(v):
+        if not strict or metric not in DEFINED_WHEN_ANY:
+            return False
+        try:
+            return not float(n) <= 0  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return True
+    low, high = METRIC_RANGE[metric]
+    return not low <= v <= high or (strict and np.isinf(v))
+
+
+def first_impossible(frame: pd.DataFrame, strict: bool = False) -> tuple[int, str] | None:
+    """The position and column of the first value of a metrics.csv frame that
+    :func:`impossible_value` refuses, or None (vectorised)."""
+    n = pd.to_numeric(frame["n"], errors="coerce").to_numpy(float) if "n" in frame else np.full(len(frame), np.nan)
+    hits = []
+    for column in (c for c in frame.columns if c in METRIC_RANGE):
+        raw = frame[column]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(float)
+        written_nan = (raw.isna() | raw.astype(str).str.strip().str.lower().isin(("nan", ""))).to_numpy()
+        low, high = METRIC_RANGE[column]
+        with np.errstate(invalid="ignore"):
+            bad = (np.isnan(values) & ~written_nan) | (values < low) | (values > high)
+            if strict:
+                bad |= np.isinf(values)
+                if column in DEFINED_WHEN_ANY:
+                    bad |= np.isnan(values) & ~(n <= 0)
+        if bad.any():
+            hits.append((int(np.flatnonzero(bad)[0]), column))
+    return min(hits) if hits else None
+
 
 
 def client_weights(how: str, n_test: np.ndarray, n_train: np.ndarray | None) -> np.ndarray:

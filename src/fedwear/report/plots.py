@@ -354,6 +354,8 @@ def curve_plot(groups: Groups, out: Path) -> Plot | None:
         ax.grid(alpha=0.3)
         _thin_markers(ax)
     shown = [v for v in views if v in drawn_views]
+    if not shown:  # every value NaN (a run that reported no number): no curve to draw
+        return None
     handles = [Line2D([], [], color=sty[m]["color"], marker=sty[m]["marker"], lw=1.6) for m in groups
                if any(v not in NAIVE for v in shown)]
     labels = [m for m in groups if any(v not in NAIVE for v in shown)]

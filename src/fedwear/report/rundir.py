@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from fedwear.config import flat_params, load_config
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.summary import aggregate_metrics, build_summary, metric_columns
+from fedwear.evaluation.metrics import first_impossible
+from fedwear.summary import aggregate_metrics, build_summary, metric_columns, read_summary
 from fedwear.version import __version__
 
 REQUIRED = {
@@ -331,8 +333,13 @@ def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
         raise FedwearError(f"{path} lacks the column(s) {', '.join(missing)}; {fix}")
     if not len(frame):  # the header only (nothing recorded yet): its columns typed as when filled
         frame = frame.astype({c: float for c in frame.columns if c not in TEXT})
-    if not pd.api.types.is_numeric_dtype(frame["round"]):
-        raise FedwearError(f"{path}: the round column is not numeric; {fix}")
+    for column in (c for c in frame.columns if c not in TEXT and not pd.api.types.is_numeric_dtype(frame[c])):
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        i = int(np.flatnonzero((numbers.isna() & frame[column].notna()).to_numpy())[0])
+        raise FedwearError(f"{path}, line {i + 2}: {column} is {frame[column].iloc[i]!r}, not a number; {fix}")
+    if (hit := first_impossible(frame)) is not None:
+        i, column = hit
+        raise FedwearError(f"{path}, line {i + 2}: {column} is {frame[column].iloc[i]}, not a possible value; {fix}")
     return frame
 
 
@@ -355,10 +362,7 @@ def _read_summary(path: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
         raise FedwearError(f"{path} is not readable JSON ({type(e).__name__}); "
                            "rerun the experiment with `fedwear run`") from None
-    if not isinstance(data, dict) or not isinstance(data.get("final"), dict):
-        raise FedwearError(f"{path} has no 'final' results; "
-                           "rerun the experiment with `fedwear run`")
-    return data
+    return read_summary(data, path)
 
 
 def _read_config(path: Path) -> dict:

@@ -37,7 +37,7 @@ from statsmodels.stats.multitest import multipletests
 
 from fedwear.config import KIND_METRICS, RunConfig, task_kind
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.evaluation.metrics import LOWER_IS_BETTER
+from fedwear.evaluation.metrics import LOWER_IS_BETTER, first_impossible
 from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, plan
 from fedwear.reproduce.calibration import (
     CANDIDATES,
@@ -198,24 +198,15 @@ class RunReader:
 
 
 #: Metrics a client always has a value of (AUC may be undefined: a test split of one class).
-ALWAYS_DEFINED = ("accuracy", "macro_f1", "mse", "mae", "mape")
-
-
 def check_values(metrics: pd.DataFrame, path: Path) -> None:
     """Refuse a metrics file with an impossible value (a FedwearError naming the file, its line and
-    column): inf anywhere, a proportion outside [0, 1], a negative error, NaN where a client always
-    has a value. A verdict is never computed past one."""
-    for column in (c for c in (*KIND_METRICS["classification"], *KIND_METRICS["regression"]) if c in metrics):
-        values = pd.to_numeric(metrics[column], errors="coerce")
-        bad = ~np.isfinite(values) if column in ALWAYS_DEFINED else np.isinf(values)
-        if column in KIND_METRICS["classification"]:
-            bad |= (values < 0) | (values > 1)
-        else:
-            bad |= values < 0
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise FedwearError(f"{path}, line {metrics.index[i] + 2}: {column} is {metrics[column].iloc[i]}, not a "
-                               "possible value; rerun that run (or remove its folder) before testing claims on it")
+    column; :func:`~fedwear.evaluation.metrics.first_impossible`): text or inf anywhere, a
+    proportion outside [0, 1], a negative error, NaN where the row has windows. A verdict is never
+    computed past one."""
+    if (hit := first_impossible(metrics, strict=True)) is not None:
+        i, column = hit
+        raise FedwearError(f"{path}, line {metrics.index[i] + 2}: {column} is {metrics[column].iloc[i]}, not a "
+                           "possible value; rerun that run (or remove its folder) before testing claims on it")
 
 
 def client_values(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame | None, view: str, metric: str,
