@@ -138,3 +138,37 @@ def test_two_worker_processes_share_one_study(files, tmp_path: Path) -> None:
     assert len(done) >= 6 and len({t.number for t in study.trials}) == len(study.trials)
     assert len({t.user_attrs["worker"] for t in done}) == 2  # both processes ran trials
     assert sorted(p.name for p in out.glob("trial-*")) == [f"trial-{t.number:04d}" for t in study.trials]
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    (lambda b: b + b"this is not json\n", "ValueError: line "),
+    (lambda b: b"\x00\xff\xfe" * 100, "UnicodeDecodeError"),
+    (lambda b: b + b'{"op_code": 99, "worker_id": "x"}\n', "AssertionError"),
+])
+def test_a_damaged_journal_is_one_line_and_kept(files, tmp_path: Path, damage, says) -> None:
+    cfg, space = files
+    out = tmp_path / "study"
+    tune.search(cfg, space, 1, out)
+    journal = out / tune.JOURNAL
+    journal.write_bytes(damage(journal.read_bytes()))
+    before = journal.read_bytes()
+    res = CliRunner().invoke(app, ["tune", str(cfg), "--space", str(space), "--trials", "2", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert f"{journal}: not a readable Optuna journal ({says}" in res.output and "move it away" in res.output
+    if says == "ValueError: line ":  # the garbage line, after the study's own records
+        assert f"line {len(before.splitlines())}: Expecting value" in res.output
+    assert journal.read_bytes() == before
+
+
+def test_a_journal_torn_by_a_kill_loses_only_its_last_record(files, tmp_path: Path, caplog) -> None:
+    cfg, space = files
+    out = tmp_path / "study"
+    tune.search(cfg, space, 2, out)
+    journal = out / tune.JOURNAL
+    whole = journal.read_bytes()
+    last = whole.rstrip(b"\n").rfind(b"\n") + 1
+    journal.write_bytes(whole[: last + (len(whole) - last) // 2])  # the last record cut in half
+    with caplog.at_level("WARNING", logger="fedwear"):
+        study = tune.search(cfg, space, 3, out)
+    assert "dropped a torn last record" in caplog.text
+    assert len(study.trials) >= 3 and journal.read_bytes().startswith(whole[:last])

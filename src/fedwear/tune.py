@@ -25,8 +25,14 @@ The space is a YAML mapping of dotted config keys (as ``--set`` takes them) to r
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import math
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -184,7 +190,56 @@ def storage_of(out: Path, storage: str | None):
     out.mkdir(parents=True, exist_ok=True)
     from optuna.storages.journal import JournalFileBackend
 
-    return optuna.storages.JournalStorage(JournalFileBackend(str(out / JOURNAL)))
+    journal = out / JOURNAL
+    drop_torn_line(journal)
+    if journal.is_file():  # checked, and replayed on a copy: Optuna appends to a journal before it fails on one
+        with tempfile.TemporaryDirectory() as tmp, unreadable_journal(journal):
+            for number, line in enumerate(journal.read_bytes().decode().splitlines(), 1):
+                try:  # Optuna skips a bad last line, then breaks on it once a record follows
+                    record = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"line {number}: {e}") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"line {number} is not a record")
+            shutil.copyfile(journal, Path(tmp) / JOURNAL)
+            optuna.storages.JournalStorage(JournalFileBackend(str(Path(tmp) / JOURNAL))).get_all_studies()
+    return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+
+
+@contextlib.contextmanager
+def unreadable_journal(journal: Path) -> Iterator[None]:
+    """A damaged journal (garbage, binary, a record Optuna does not know) as one line: Optuna
+    replays every record when it opens a study, and raises whatever the bad one causes."""
+    try:
+        yield
+    except (ValueError, AssertionError, KeyError, TypeError, IndexError) as e:
+        reason = str(e).splitlines()[0][:120] if str(e) else "no message"
+        raise FedwearError(f"{journal}: not a readable Optuna journal ({type(e).__name__}: {reason}); move it "
+                           "away to start the study afresh, or pass --out with another folder") from None
+
+
+def drop_torn_line(journal: Path) -> None:
+    """Cut a last record that a kill tore (no newline, not JSON), with a warning: Optuna writes
+    one JSON record and its newline at a time, so everything before it is whole."""
+    if not journal.is_file() or journal.is_symlink():
+        return
+    with journal.open("rb+") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return
+        f.seek(max(0, size - 1_000_000))
+        tail = f.read()
+        start = tail.rfind(b"\n") + 1
+        if tail.endswith(b"\n") or not tail[start:].startswith(b'{"op_code"'):
+            return  # whole, or not a torn record of Optuna's (then refused as unreadable)
+        try:
+            json.loads(tail[start:])
+            return  # whole, only its newline is missing: Optuna reads it
+        except ValueError:
+            pass
+        f.truncate(size - (len(tail) - start))
+    logging.getLogger("fedwear").warning("%s: dropped a torn last record (%d bytes; a write cut off by a kill)",
+                                         journal, len(tail) - start)
 
 
 def search(config: Path, space_file: Path, trials: int, out: Path, sets: list[str] | None = None,
