@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import fedwear
+from fedwear import rundir
 from fedwear.callbacks import CHECKPOINT, load_checkpoint, save_checkpoint
 from fedwear.errors import FedwearError
 from fedwear.methods.api import Record
@@ -179,3 +181,35 @@ def test_resume_on_another_cpu_is_logged(tmp_path):
     fedwear.run(cfg, out, resume=True)
     log = (out / "run.log").read_text()
     assert "WARNING resuming" in log and "cpu_capability OTHER -> " in log
+
+
+def test_a_different_config_is_not_told_to_resume(tmp_path):
+    fedwear.run(tiny_config(rounds=1), tmp_path)
+    with pytest.raises(FedwearError, match="a run of a different config: pass --out with a new folder, or "
+                                           "--overwrite") as e:
+        fedwear.run(tiny_config(rounds=1, seed=3), tmp_path)
+    assert "--resume" not in str(e.value)
+
+
+def test_a_full_disk_at_the_marker_leaves_no_marker_and_the_next_run_starts(tmp_path, monkeypatch):
+    """The marker is written first: a full disk there left an empty one, and the folder then
+    passed for a run of another config."""
+    import errno
+    import os
+
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name.startswith(rundir.MARKER):
+            real(self, "")  # the file is created, then the write fails, as on a full disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, *args, **kwargs)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        fedwear.run(tiny_config(rounds=1), out)
+    monkeypatch.undo()
+    assert not out.exists()  # made for this run, and left empty: removed
+    fedwear.run(tiny_config(rounds=1), out)
+    assert rundir.is_run(out)

@@ -95,7 +95,15 @@ def looks_like_old_run(out: Path) -> bool:
 
 
 def write_marker(out: Path) -> None:
-    (out / MARKER).write_text(json.dumps({"format": FORMAT, "fedwear": __version__}) + "\n")
+    """The marker, whole or not at all (written beside, then renamed): a full disk once left an
+    empty one, and the folder then passed for a run of another config."""
+    tmp = out / (MARKER + ".tmp")
+    try:
+        tmp.write_text(json.dumps({"format": FORMAT, "fedwear": __version__}) + "\n")
+        os.replace(tmp, out / MARKER)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def finished_summary(cfg: RunConfig, out: Path) -> dict | None:
@@ -126,11 +134,11 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
     if overwrite:
         return Plan()
     if not resume:
-        which = "this config" if _config_hash(out) == cfg.hash() else "a different config"
-        raise FedwearError(
-            f"{out} already holds a run of {which}: add --resume to continue (or reuse) it, "
-            "--overwrite to replace it, or pass --out with a new folder"
-        )
+        if _config_hash(out) == cfg.hash():
+            raise FedwearError(f"{out} already holds a run of this config: add --resume to continue (or reuse) it, "
+                               "--overwrite to replace it, or pass --out with a new folder")
+        raise FedwearError(f"{out} already holds a run of a different config: pass --out with a new folder, "
+                           "or --overwrite to replace that run")
     if (summary := finished_summary(cfg, out)) is not None:
         return Plan(finished=summary)
     same = _config_hash(out) == cfg.hash()
