@@ -151,3 +151,33 @@ def test_flower_simulation_runs_on_an_existing_cluster_with_the_sim_engines_metr
     assert on_cluster.returncode == 0, on_cluster.stderr
     assert cluster_workers() - before, "the virtual clients did not run on the cluster"
     assert (tmp_path / "fs" / "metrics.csv").read_bytes() == (tmp_path / "sim" / "metrics.csv").read_bytes()
+
+
+@pytest.mark.slow
+def test_a_grid_whose_ray_head_dies_ends_with_one_line_and_resumes_locally(cluster, tmp_path: Path) -> None:
+    """Losing the head loses the cluster: the grid says so in one line (it printed only Ray's
+    C++ log line), and the same comparison resumes on this machine from the runs' checkpoints."""
+    address, worker_tmp, head_tmp = cluster
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({**CONFIG, "rounds": 60, "checkpoint_every": 2}))
+    out = tmp_path / "ray"
+    grid = [*FEDWEAR, "compare", str(cfg), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet", "--out", str(out)]
+    proc = subprocess.Popen([*grid, "--executor", "ray", "--ray-address", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not any(len(p.read_text().splitlines()) > 3 for p in out.glob("*-s*/rounds.csv")):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate(timeout=60)
+        time.sleep(0.1)
+    for pid in node_pids(head_tmp):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert proc.returncode == 2 and len(lines) == 1, stderr[-3000:]
+    assert f"the Ray cluster at {address}" in lines[0] and "rerun the same command" in lines[0], lines[0]
+    for pid in node_pids(worker_tmp):  # its tasks go on writing otherwise, holding the runs' folders
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    local = subprocess.run([*grid, "--jobs", "1"], capture_output=True, text=True, timeout=900)
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert any("resume after round" in (p / "run.log").read_text() for p in out.glob("*-s*"))

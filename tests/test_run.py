@@ -353,3 +353,13 @@ def test_in_memory_data_is_used_instead_of_the_dataset(tmp_path):
     assert read(other.out_dir / "metrics.csv") != read(loaded.out_dir / "metrics.csv")
     with pytest.raises(FedwearError, match="in-process engine"):
         fedwear.run(tiny_config(engine="flower-sim"), tmp_path / "flower", data=data)
+
+
+def test_a_diverging_run_says_so_once(tmp_path):
+    """lr=1e9 turned every loss into NaN and the run ended at chance, exit 0, without a word."""
+    fedwear.run(tiny_config(method="local", **{"optimizer.lr": 1e9}), tmp_path / "diverged")
+    log = (tmp_path / "diverged" / "run.log").read_text()
+    assert log.count("training diverged") == 1
+    assert "round 1: training diverged on client(s) s01" in log and "lower optimizer.lr (now 1e+09)" in log
+    fedwear.run(tiny_config(method="local"), tmp_path / "fine")
+    assert "diverged" not in (tmp_path / "fine" / "run.log").read_text()

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from fedwear import rundir, tracking
@@ -220,6 +221,13 @@ def log_data(data: FederatedData) -> None:
         what = "" if regression else f"; train classes {sorted({int(v) for v in c.train.y})}"
         log.info("client %s (%s): %d train, %d val, %d test windows%s", c.client_id, role,
                  len(c.train), len(c.val), len(c.test), what)
+    if not regression:
+        splits = [w for c in data.clients + data.new_clients for w in (c.train, c.val, c.test)]
+        seen = set(np.concatenate([w.y for w in splits]).astype(int).tolist()) if splits else set()
+        if empty := [name for k, name in enumerate(data.class_names) if k not in seen]:
+            log.warning("class(es) %s have no window in any client: the model still has an output for each, "
+                        "and no metric can ever count them; check the labels (or the dataset's classes)",
+                        ", ".join(empty))
 
 
 def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,

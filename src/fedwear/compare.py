@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -159,6 +160,7 @@ def ray_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone | Non
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise FedwearError(f"--executor ray: no Ray cluster at {target} ({str(e).splitlines()[0]}): start one with "
                            "`ray start --head`, or pass --ray-address host:port") from None
+    watch_cluster(ray.get_runtime_context().gcs_address, target)
     task = ray.remote(max_retries=RAY_RETRIES)(run_one)
     out, todo = reuse_finished(runs, overwrite)
     refs, started = {}, time.time()
@@ -179,6 +181,36 @@ def ray_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone | Non
             ray.cancel(ref)  # SIGINT to each task: the run saves a checkpoint and stops
         raise
     return out
+
+
+#: Seconds without an answer from the cluster's head before the grid gives up on it (Ray's own
+#: driver exits after 60 s with only a C++ log line).
+HEAD_TIMEOUT_S = 10.0
+
+
+def watch_cluster(gcs_address: str, shown: str, every_s: float = 1.0) -> None:
+    """End this process with one error line once the Ray head at ``gcs_address`` (host:port) has
+    not accepted a connection for :data:`HEAD_TIMEOUT_S`: the cluster is lost, the runs keep their
+    last checkpoints, and the same command resumes them. A daemon thread."""
+    host, _, port = gcs_address.rpartition(":")
+
+    def watch() -> None:
+        lost_since = None
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=every_s).close()
+                lost_since = None
+            except OSError:
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since >= HEAD_TIMEOUT_S:
+                    sys.stderr.write(f"error: the Ray cluster at {shown} stopped answering (its head at "
+                                     f"{gcs_address} is gone): the runs keep their last checkpoints; rerun the "
+                                     "same command on a running cluster, or without --executor ray, to resume them\n")
+                    sys.stderr.flush()
+                    os._exit(2)
+            time.sleep(every_s)
+
+    threading.Thread(target=watch, daemon=True, name="fedwear-ray-head").start()
 
 
 def reuse_finished(runs: list[Planned], overwrite: bool) -> tuple[dict[Path, dict], list[Planned]]:

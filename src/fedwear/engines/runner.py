@@ -220,6 +220,7 @@ class Runner:
         self.checkpointed: int | None = None  # the round of the last checkpoint on disk
         self.interrupted: str | None = None  # "after" (at the end of a round) or "during" a round
         self.failed = False  # an error ended the run
+        self.warned_divergence = False  # told once a run that training diverged
 
     def restore(self, checkpoint: dict, source: str = "the checkpoint") -> None:
         """Continue after ``checkpoint["round"]`` (see ``fedwear.callbacks.Checkpointer``);
@@ -365,6 +366,12 @@ class Runner:
             log.error("round %d: %d of %d replies accepted (< %d needed): server state unchanged",
                       r, len(accepted), len(clients), needed)
         losses = [float(v.scalars["loss"]) for v in accepted.values() if "loss" in v.scalars]
+        diverged = [c for c, v in accepted.items() if math.isinf(float(v.scalars.get("loss", 0.0)))]
+        if diverged and not self.warned_divergence:
+            self.warned_divergence = True
+            log.warning("round %d: training diverged on client(s) %s (a loss that is not finite, so is the model "
+                        "they keep): lower optimizer.lr (now %g) or set grad_clip", r, ", ".join(diverged),
+                        self.cfg.optimizer.lr)
         info = RoundInfo(
             round=r,
             clients=clients,

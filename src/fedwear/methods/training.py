@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
@@ -162,7 +163,8 @@ def train_epochs(
     runs each epoch). ``before_step`` runs after backward (and clipping), ``after_step`` after
     each optimiser step, ``after_epoch`` after each epoch. Returns the mean loss over the steps;
     NaN ("no training loss") when no step was taken: ``epochs=0``, no train window, or
-    ``drop_last`` with fewer windows than one batch. The forward pass runs under :func:`autocast`.
+    ``drop_last`` with fewer windows than one batch; inf when a step's loss was not finite (the
+    model diverged: the round loop warns). The forward pass runs under :func:`autocast`.
     The batch order is drawn on the CPU (the same on every device) and the losses are summed
     where they are, so a GPU waits for nothing inside the loop."""
     model.train()
@@ -193,7 +195,10 @@ def train_epochs(
                 step_hook(steps, planned)
         if after_epoch is not None:
             after_epoch()
-    return float(total) / steps if steps else float("nan")
+    if not steps:
+        return float("nan")
+    mean = float(total) / steps
+    return mean if math.isfinite(mean) else float("inf")  # a NaN or inf loss on a step taken: diverged
 
 
 def weighted_mean(replies: Iterable[Record], keys: Iterable[str], weight: str = "num_examples") -> dict[str, np.ndarray]:
