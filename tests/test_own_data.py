@@ -299,3 +299,21 @@ def test_clients_without_test_windows_are_named(tmp_path: Path, caplog: pytest.L
         "own: 2 of 3 client(s) have no test windows after the time split (test_fraction 0.3, window 8, "
         "stride 8): sshort1, sshort2; every view leaves them out"
     )
+
+
+def test_a_declared_class_with_no_window_anywhere_is_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The schema names class c; no file has a c row: the model has an output no metric can count."""
+    import fedwear
+    from fedwear.config import load_config
+
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "schema.yaml").write_text(SCHEMA + "classes: [a, b, c]\n")
+    for s in range(3):
+        table(200, ["a", "b"], seed=s).to_csv(root / f"s{s}.csv", index=False)
+    cfg = load_config(data={"method": "local", "rounds": 1, "local_epochs": 1, "threads": 1, "model": {
+        "name": "cnn", "options": {"width": 4}}, "dataset": {"name": "own", "root": str(root), "cache_dir": None,
+                                                            "window": 20, "held_out": 0}})
+    with caplog.at_level("WARNING", logger="fedwear"):
+        fedwear.run(cfg, tmp_path / "run")
+    assert "class(es) c have no window in any client" in caplog.text
