@@ -467,3 +467,17 @@ def test_a_worker_s_warnings_reach_stderr_named_by_their_run_folder(tmp_path):
     assert res.returncode == 0, res.stderr
     for name in ("local-s0", "fedavg-s0"):
         assert f"{root / name}: WARNING: clients_per_round=100, but there are only 6 training clients" in res.stderr
+
+
+def test_a_fifo_in_a_run_folder_is_refused_at_once(tmp_path):
+    """A FIFO named metrics.csv blocked --resume forever (the first read never returns)."""
+    cfg = tiny_config(rounds=2)
+    out = tmp_path / "run"
+    fedwear.run(cfg, out, quiet=True)
+    (out / "metrics.csv").unlink()
+    os.mkfifo(out / "metrics.csv")
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(dump_config(cfg.model_copy(update={"rounds": 3})))
+    res = subprocess.run([*CMD, "run", str(cfg_path), "--out", str(out), "--resume"], capture_output=True, text=True,
+                         timeout=60)
+    assert_one_line_error(res, f"{out / 'metrics.csv'} is not a regular file")

@@ -217,9 +217,10 @@ def last_round(rounds_csv: Path) -> int:
 
 
 def refuse_links(folder: Path, *subfolders: str) -> None:
-    """A FedwearError naming the first symbolic link among ``folder``'s entries and those of its
-    ``subfolders``: a run folder is shared (results ship with theirs), and fedwear writes, appends
-    to and deletes its files, so a link there could lead it outside the folder."""
+    """A FedwearError naming the first symbolic link (or FIFO, socket, device) among ``folder``'s
+    entries and those of its ``subfolders``: a run folder is shared (results ship with theirs),
+    and fedwear writes, appends to and deletes its files, so a link there could lead it outside
+    the folder (and a FIFO would block it)."""
     for where in (folder, *(folder / s for s in subfolders)):
         if where.is_symlink():
             raise FedwearError(f"{where} is a symbolic link: fedwear does not write through links in a run "
@@ -229,6 +230,8 @@ def refuse_links(folder: Path, *subfolders: str) -> None:
                 if entry.is_symlink():
                     raise FedwearError(f"{entry} is a symbolic link: fedwear does not write through links in "
                                        "a run folder; remove it (or copy what it points to in its place)")
+                if not entry.is_file() and not entry.is_dir():  # a FIFO would block the first read forever
+                    raise FedwearError(f"{entry} is not a regular file (a FIFO, socket or device): remove it")
 
 
 class RunLock:
