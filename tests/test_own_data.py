@@ -317,3 +317,22 @@ def test_a_declared_class_with_no_window_anywhere_is_warned(tmp_path: Path, capl
     with caplog.at_level("WARNING", logger="fedwear"):
         fedwear.run(cfg, tmp_path / "run")
     assert "class(es) c have no window in any client" in caplog.text
+
+
+def test_a_rate_that_changes_within_a_file_is_named_with_its_row(tmp_path: Path) -> None:
+    """200 samples at 50 Hz, then 150 at 100 Hz: the file's median interval is still 1/50 s, so
+    the median check alone passed it; a single late sample (device jitter) does not trip it."""
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "schema.yaml").write_text(SCHEMA.replace("rate_hz: 20", "rate_hz: 50") + "timestamp_column: t\n")
+    t = table(350, ["a", "b"])
+    t["t"] = np.concatenate([np.arange(200) / 50, 4 + np.arange(150) / 100])
+    t.to_csv(root / "s1.csv", index=False, float_format="%.6f")
+    with pytest.raises(DataError, match=r"s1\.csv: row 2\d\d: from here the timestamps run at 100 Hz, not rate_hz 50 "
+                                        r".*the rate changes within the file"):
+        load_raw(own(root))
+    steady = table(350, ["a", "b"])
+    steady["t"] = np.arange(350) / 50
+    steady.loc[100, "t"] += 0.015  # one sample 15 ms late
+    steady.to_csv(root / "s1.csv", index=False, float_format="%.6f")
+    assert len(load_raw(own(root)).recordings) == 1

@@ -13,8 +13,8 @@ the sampling rate, which columns are channels (in that order), where labels come
 or one label per file in ``file_labels``), the class list, the label values meaning "no label",
 the units (reported, never converted), how subject (and session, and metadata such as a body
 position) are read from file names, and the timestamp column (seconds; it must increase, its
-median interval must be ``1 / rate_hz`` within 5%, and a gap longer than ``max_gap_s`` starts a
-new recording). Every cell of a channel or timestamp column must be a finite number (channels
+median interval, and that of every 51 intervals in a row, must be ``1 / rate_hz`` within 5%, and
+a gap longer than ``max_gap_s`` starts a new recording). Every cell of a channel or timestamp column must be a finite number (channels
 within float32); an error names the file, row and column. Everything after loading is the shared
 pipeline: ``dataset.channels/classes/rate_hz/window/stride``, splits, partitions, presets of
 normalisation. docs/own-data.md is the worked example (convert, describe, verify, run).
@@ -278,6 +278,28 @@ def check_rate(dt: np.ndarray, rate_hz: float, path: Path, schema_file: Path) ->
                         "per sample)")  # fmt: skip
 
 
+#: Intervals in the running median of :func:`check_rate_steady` (single late samples do not move it).
+STEADY_SPAN = 51
+
+
+def check_rate_steady(dt: np.ndarray, rate_hz: float, gap: float, path: Path, schema_file: Path) -> None:
+    """DataError when the rate changes inside a file (50 Hz, then 100 Hz): the running median
+    of :data:`STEADY_SPAN` intervals (gaps left out) must stay ``1 / rate_hz`` within
+    :data:`RATE_TOLERANCE`. The file's median alone passed a file that is half one rate and half
+    another."""
+    if len(dt) < STEADY_SPAN:
+        return
+    running = pd.Series(np.where(dt > gap, np.nan, dt)).rolling(STEADY_SPAN, center=True,
+                                                                 min_periods=STEADY_SPAN // 2 + 1).median()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        off = np.abs(1.0 / running.to_numpy() / rate_hz - 1.0) > RATE_TOLERANCE
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        raise DataError(f"{path}: row {i + 2}: from here the timestamps run at {1.0 / running.iloc[i]:.4g} Hz, not "
+                        f"rate_hz {rate_hz:g} ({schema_file}): the rate changes within the file; resample it to "
+                        "one rate (or split it where the rate changes)")
+
+
 def load(cfg: DatasetConfig) -> RawDataset:
     """One Recording per file (and per stretch between timestamp gaps)."""
     root = require_root(cfg, TITLE)
@@ -342,6 +364,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
                 raise DataError(f"{f}: row {row}: timestamp does not increase: sort the file or fix the time")
             check_rate(dt, schema.rate_hz, f, path)
             gap = schema.max_gap_s or 2.0 / schema.rate_hz
+            check_rate_steady(dt, schema.rate_hz, gap, f, path)
             cut = np.flatnonzero(dt > gap) + 1
             pieces = list(zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(sig)])).tolist(),
                               strict=True))  # fmt: skip
