@@ -213,3 +213,16 @@ def test_a_full_disk_at_the_marker_leaves_no_marker_and_the_next_run_starts(tmp_
     assert not out.exists()  # made for this run, and left empty: removed
     fedwear.run(tiny_config(rounds=1), out)
     assert rundir.is_run(out)
+
+
+def test_running_a_config_again_without_out_never_collides(tmp_path, monkeypatch):
+    """The README's quickstart run twice failed: the default folder was taken. Now a second run
+    gets the next number, and --resume / --overwrite act on the latest."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config(rounds=1)
+    first = fedwear.run(cfg).out_dir
+    second = fedwear.run(cfg).out_dir
+    assert second == first.with_name(first.name + "-2") and first.is_dir()
+    assert fedwear.run(cfg, resume=True).out_dir == second  # finished: reused
+    assert fedwear.run(cfg, overwrite=True).out_dir == second
+    assert fedwear.run(cfg).out_dir == first.with_name(first.name + "-3")

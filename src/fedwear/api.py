@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import logging.handlers
@@ -50,8 +51,16 @@ class Result:
         return pd.read_csv(self.out_dir / "metrics.csv")
 
 
-def default_out_dir(cfg: RunConfig) -> Path:
-    return Path("runs") / f"{cfg.dataset.name}-{cfg.method}-s{cfg.seed}-{cfg.hash()[:8]}"
+def default_out_dir(cfg: RunConfig, latest: bool = False) -> Path:
+    """``runs/<dataset>-<method>-s<seed>-<hash>``, numbered ``-2``, ``-3``... after the first, so
+    running a config again never collides with its earlier run; ``latest``: the last of them
+    (what ``--resume`` or ``--overwrite`` without ``--out`` act on)."""
+    base = Path("runs") / f"{cfg.dataset.name}-{cfg.method}-s{cfg.seed}-{cfg.hash()[:8]}"
+    taken = [base] + list(itertools.takewhile(Path.exists, (base.with_name(f"{base.name}-{k}")
+                                                            for k in itertools.count(2))))
+    if not base.exists():
+        return base
+    return taken[-1] if latest else base.with_name(f"{base.name}-{len(taken) + 1}")
 
 
 def as_config(config: RunConfig | str | Path | dict, *overrides: str) -> RunConfig:
@@ -106,7 +115,7 @@ def run(
         raise FedwearError(f"until={until} pauses a run to continue it later, which needs checkpoints and an "
                            "in-process engine: set checkpoint_every > 0 and engine: sim or batched")
     tracking.require(cfg)
-    out = Path(out_dir) if out_dir else default_out_dir(cfg)
+    out = Path(out_dir) if out_dir else default_out_dir(cfg, latest=resume or overwrite)
     with rundir.RunLock(out), _early_warnings():
         plan = rundir.plan(cfg, out, resume, overwrite, restart)
         if plan.restarted:

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 
-OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>)")]
+OutOpt = Annotated[Path | None, typer.Option(help="run directory (default runs/<dataset>-<method>-s<seed>-<hash>, "
+                                                 "numbered -2, -3... when run again; --resume/--overwrite: the latest)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue the run directory's run from its last checkpoint (a finished run is reused)")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="replace the run already in the run directory")]
 FAILED_ROUNDS_EXIT = 3
