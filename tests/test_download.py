@@ -333,15 +333,20 @@ def test_bundled_subset_without_root(tmp_path: Path, monkeypatch, caplog) -> Non
     )
     cfg = load_config(cfg_path)
     assert cfg.dataset.root is None
-    with caplog.at_level(logging.WARNING, logger="fedwear"):
+    with caplog.at_level(logging.INFO, logger="fedwear"):  # INFO: the normal path warns of nothing
         fd = load_federated(cfg.dataset, cfg.seed)
         for _ in range(2):  # said once per process, not once per call
             assert preprocess.require_root(cfg.dataset) == preprocess.bundled_root("uci_hapt")
-    lines = [r.getMessage() for r in caplog.records if r.name == "fedwear"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "fedwear" and "bundled" in r.getMessage()]
+    assert all(r.levelno < logging.WARNING for r in caplog.records if r.name == "fedwear")
     assert len(lines) == 1 and "\n" not in lines[0], lines
     assert "bundled UCI HAPT subset (10 of 30 users, 9.3 MB)" in lines[0]
     assert "fedwear data download uci_hapt" in lines[0]
     assert [c.client_id for c in fd.clients] == [f"s{u:02d}" for u in BUNDLED_USERS]
+    from fedwear.data import dataset_label  # what tables, reports and summary.json call it
+
+    assert dataset_label(cfg.dataset) == "uci_hapt (bundled subset: 10 of 30 users)"
+    assert dataset_label(cfg.dataset.model_copy(update={"root": str(tmp_path)})) == "uci_hapt"
     for c in fd.clients:  # the six basic activities, in train and test of every user
         assert set(np.unique(c.train.y)) == set(range(6)) == set(np.unique(c.test.y))
 

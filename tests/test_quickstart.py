@@ -3,6 +3,7 @@ ships with fedwear (so they run on a machine with no data at all)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -19,8 +20,13 @@ def test_readme_first_command_runs_on_the_bundled_subset(tmp_path):
            "--set", "rounds=2", "--set", f"dataset.cache_dir={tmp_path / 'cache'}", "--out", str(tmp_path / "r")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert "using the bundled UCI HAPT subset" in res.stderr
+    assert "WARNING" not in res.stderr, res.stderr  # the normal path: nothing to warn of
     assert "| personalized |" in res.stdout
+    label = "uci_hapt (bundled subset: 10 of 30 users)"  # never taken for the full dataset's numbers
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["dataset"] == label
+    from fedwear.report.build import write_report
+
+    assert label in write_report(tmp_path / "r").read_text()
 
 
 def test_quickstart_order(tmp_path):

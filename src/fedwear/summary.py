@@ -8,6 +8,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fedwear.config import METRICS, RunConfig, task_kind
+from fedwear.data import dataset_label
 from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, client_weights, summarize
 from fedwear.version import library_versions
@@ -148,6 +149,7 @@ def build_summary(cfg: RunConfig, metrics: pd.DataFrame, rounds: pd.DataFrame, w
         extra["per_client_best"] = per_client_best(metrics, ev.best_metric, ev.best_split)
     return {
         "method": cfg.method,
+        "dataset": dataset_label(cfg.dataset),
         "final": _at(agg, final_round) if final_round is not None else {},
         "best": best,
         "best_rule": _best_rule(cfg),

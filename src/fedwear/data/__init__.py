@@ -40,12 +40,19 @@ from fedwear.data import (
 from fedwear.data.config import DatasetConfig
 from fedwear.data.forecast import forecast_clients
 from fedwear.data.partition import assemble, natural
-from fedwear.data.preprocess import preprocess, require_root, resample, select, short_recordings
+from fedwear.data.preprocess import (
+    bundled_root,
+    preprocess,
+    require_root,
+    resample,
+    select,
+    short_recordings,
+)
 from fedwear.data.types import UNLABELLED, ClientData, FederatedData, RawDataset
 from fedwear.errors import ConfigError, DataError
 
 __all__ = [
-    "DATASETS", "card", "dataset_info", "dataset_kind", "dataset_module", "dataset_status",
+    "DATASETS", "card", "dataset_info", "dataset_label", "dataset_kind", "dataset_module", "dataset_status",
     "load_federated", "load_raw",
 ]  # fmt: skip
 
@@ -126,6 +133,16 @@ def dataset_module(name: str) -> ModuleType:
     if name not in DATASETS:
         raise ConfigError(f"dataset.name: unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     return DATASETS[name]
+
+
+def dataset_label(cfg: DatasetConfig) -> str:
+    """The dataset's name as tables, reports and summary.json show it: with no ``dataset.root``, a
+    dataset that ships a subset runs on that subset, and says so (``uci_hapt (bundled subset: 10
+    of 30 users)``), so that its numbers are never taken for the full dataset's."""
+    if cfg.root is None and bundled_root(cfg.name) is not None:
+        subjects = getattr(DATASETS.get(cfg.name), "BUNDLED", "")
+        return f"{cfg.name} (bundled subset{': ' + subjects if subjects else ''})"
+    return cfg.name
 
 
 def _files(cfg: DatasetConfig) -> tuple[list[Path], Path | None]:

@@ -54,8 +54,9 @@ def require_root(cfg: DatasetConfig, title: str | None = None, subjects: str = "
     """Return ``cfg.root`` as an existing folder.
 
     When ``dataset.root`` is not set, a dataset with a bundled subset resolves to it (logged once
-    per process on the ``fedwear`` logger, naming the dataset's ``title`` and bundled
-    ``subjects``); any other dataset raises a one-line error saying how to set the root or
+    per process at INFO on the ``fedwear`` logger, naming the dataset's ``title`` and bundled
+    ``subjects``; tables, reports and summary.json name the subset too:
+    :func:`fedwear.data.dataset_label`); any other dataset raises a one-line error saying how to set the root or
     download the data."""
     if cfg.root is None:
         bundled = bundled_root(cfg.name)
@@ -67,7 +68,7 @@ def require_root(cfg: DatasetConfig, title: str | None = None, subjects: str = "
             )
         if cfg.name not in _ANNOUNCED:
             _ANNOUNCED.add(cfg.name)
-            logging.getLogger("fedwear").warning(
+            logging.getLogger("fedwear").info(  # the normal quickstart path: outputs name the subset
                 "dataset.root not set: using the bundled %s subset (%s) shipped with fedwear; "
                 "set dataset.root=<folder> for the full dataset (fedwear data download %s)",
                 title or cfg.name,

@@ -67,7 +67,8 @@ def _stop_text(run: Run) -> str:
 def _run_meta(run: Run) -> list[str]:
     s = run.summary
     mb = f"{s.get('bytes_up', 0) / 1e6:.3f} MB up, {s.get('bytes_down', 0) / 1e6:.3f} MB down"
-    dataset, rounds = _config_values([run], "dataset", "name"), _config_values([run], "rounds")
+    dataset = str(s.get("dataset") or _config_values([run], "dataset", "name"))  # older summaries: the name
+    rounds = _config_values([run], "rounds")
     evaluated = (f"final round {s.get('final_round')}, best round {s.get('best_round')}" if run.evaluated
                  else "no round evaluated yet")
     return [

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from fedwear.config import KIND_METRICS, VIEWS, RunConfig
+from fedwear.data import dataset_label
 from fedwear.evaluation.naive import NAIVE
 from fedwear.report.units import REGRESSION_NOTE, fmt
 
@@ -137,7 +138,8 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
         header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "seeds x clients"]
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
-        f"{cfg.dataset.name}, {cfg.rounds} rounds, split={cfg.dataset.split}, partition={cfg.dataset.partition}; "
+        f"{dataset_label(cfg.dataset)}, {cfg.rounds} rounds, split={cfg.dataset.split}, "
+        f"partition={cfg.dataset.partition}; "
         f"{select} round, test split; per seed the {over_clients(cfg.evaluation.client_weights)}, "
         "then mean ± population std (ddof=0) of those per-seed means "
         f"over seeds {seeds} (a single seed's value: n = 1 seed); "
