@@ -48,7 +48,9 @@ def test_run_prints_summary_and_writes_run_dir(cfg_file, tmp_path):
 
 
 def test_unknown_method(cfg_file):
-    assert_one_line_error(fedwear("run", str(cfg_file), "--set", "method=fedfoo"), "method", "fedavg")
+    assert_one_line_error(fedwear("run", str(cfg_file), "--set", "method=fedfoo"), "unknown method 'fedfoo'",
+                          "fedwear methods")
+    assert_one_line_error(fedwear("run", str(cfg_file), "--set", "method=fedavgg"), "did you mean fedavg")
 
 
 def test_unknown_key(cfg_file):

@@ -141,15 +141,11 @@ def parse_seeds(option: str, text: str) -> list[int]:
 def check_method_names(option: str, names: list[str]) -> None:
     """A one-line FedwearError naming ``option`` (not a ``--set`` the user never typed) when a
     name is not a method, with the closest ones."""
-    import difflib
-
-    from fedwear.methods import METHODS
+    from fedwear.methods import METHODS, unknown_method
 
     for name in names:
         if name not in METHODS:
-            close = difflib.get_close_matches(name, METHODS, n=3)
-            hint = f"did you mean {' or '.join(close)}? " if close else ""
-            raise FedwearError(f"{option}: unknown method {name!r}; {hint}see `fedwear methods` for all of them")
+            raise FedwearError(f"{option}: {unknown_method(name)}")
 
 
 def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:

@@ -7,6 +7,7 @@ registered (so a new method is one new file); a method defined elsewhere registe
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 
@@ -28,9 +29,16 @@ def _discover() -> dict[str, type[Method]]:
 METHODS: dict[str, type[Method]] = _discover()
 
 
+def unknown_method(name: str) -> str:
+    """``unknown method 'fedavgg'; did you mean fedavg? see `fedwear methods` ...``: the closest names."""
+    close = difflib.get_close_matches(name, METHODS, n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"unknown method {name!r}; {hint}see `fedwear methods` for all of them"
+
+
 def method_class(name: str) -> type[Method]:
     if name not in METHODS:
-        raise ConfigError(f"method: unknown method {name!r}; choose one of {', '.join(sorted(METHODS))}")
+        raise ConfigError(f"method: {unknown_method(name)}")
     return METHODS[name]
 
 
