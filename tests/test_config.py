@@ -23,7 +23,7 @@ def test_defaults_and_fixed_keys():
         ("engine=gpu", "'engine'"),
         ("clients_per_round=1.5", "'clients_per_round'"),
         ("method=fedfoo", "unknown method 'fedfoo'"),
-        ("method=protohr", "unknown method 'protohr'; did you mean protohar?"),
+        ("method=protohr", "unknown method 'protohr'; did you mean protohar"),
         ("method_options.fedprox.nu=1", "method_options.fedprox.nu"),
         ("evaluation.best_metric=global.loss", "evaluation.best_metric"),
         ("evaluation.best_split=val", "val_fraction"),
