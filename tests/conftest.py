@@ -33,9 +33,16 @@ def data_root() -> Path:
     """Folder holding ``usc_had/`` and ``uci_hapt/``."""
     default = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
     root = Path(os.environ.get("FEDWEAR_DATA", default)).resolve()
-    if not (root / "usc_had").is_dir() or not (root / "uci_hapt").is_dir():
-        _missing(f"real data not found at {root}: set FEDWEAR_DATA to the shared data folder")
+    if missing := [name for name in ("usc_had", "uci_hapt") if not (root / name).is_dir()]:
+        _missing(real_data_missing(root, missing))
     return root
+
+
+def real_data_missing(root: Path, names: list[str]) -> str:
+    """The skip reason: which datasets are missing where, and the commands that get them."""
+    get = "; ".join(f"fedwear data download {n} --root {root / n}" for n in names)
+    return (f"real data not found: {', '.join(f'{n}/' for n in names)} missing in {root}; get {'it' if len(names) == 1 else 'them'} "
+            f"with `{get}`, or set FEDWEAR_DATA to the folder holding them")
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +53,7 @@ def hapt_root() -> Path:
     if shared.is_dir():
         return shared
     if os.environ.get("FEDWEAR_REQUIRE_DATA") == "1":
-        _missing(f"real data not found at {shared.parent}")
+        _missing(real_data_missing(shared.parent, ["uci_hapt"]))
     root = bundled_root("uci_hapt")
     assert root is not None and root.is_dir(), "the bundled UCI HAPT subset is missing from the package"
     return root

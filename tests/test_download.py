@@ -395,3 +395,11 @@ def test_no_bundle_error_and_list() -> None:
     assert res.exit_code == 0
     rows = {ln.split()[0]: ln for ln in res.stdout.splitlines()}
     assert "bundled: 10 of 30 users" in rows["uci_hapt"] and "not bundled" in rows["usc_had"]
+
+
+def test_a_skip_for_missing_real_data_names_the_dataset_and_how_to_get_it(tmp_path: Path) -> None:
+    from tests.conftest import real_data_missing
+
+    text = real_data_missing(tmp_path, ["usc_had"])
+    assert f"usc_had/ missing in {tmp_path}" in text
+    assert f"`fedwear data download usc_had --root {tmp_path / 'usc_had'}`" in text and "FEDWEAR_DATA" in text
