@@ -558,9 +558,10 @@ def test_a_single_evaluated_round_is_a_point(tmp_path):
         assert_not_blank(tmp_path / "run" / "report" / png)
 
 
-def test_single_seed_cells_read_n_1(compare_dir, tmp_path):
-    """One seed of a method: its cells give the value and "n = 1 seed", never "± 0.00", in the
-    page's tables and in `fedwear compare`'s Markdown table."""
+def test_single_seed_cells_give_the_value_alone(compare_dir, tmp_path):
+    """One seed of a method: its cells give the value alone, never "± 0.00" (nor an "n = 1 seed"
+    repeated in every cell: the column header and the seeds column say it once), in the page's
+    tables and in `fedwear compare`'s Markdown table."""
     root = tmp_path / "cmp"
     for name in ("fedavg-s0", "fedavg-s1", "local-s0"):
         shutil.copytree(compare_dir / name, root / name, ignore=shutil.ignore_patterns("report"))
@@ -574,20 +575,21 @@ def test_single_seed_cells_read_n_1(compare_dir, tmp_path):
             key = f"{sel}.local.{view}.accuracy"
             assert key + ".mean" in page.numbers and key + ".std" not in page.numbers
             assert f"{sel}.fedavg.{view}.accuracy.std" in page.numbers
-    cell = re.search(r'data-key="final\.local\.personalized\.accuracy\.mean"[^>]*>[^<]*</span> <small>([^<]*)</small>',
+    cell = re.search(r'data-key="final\.local\.personalized\.accuracy\.mean"[^>]*>[^<]*</span>([^<]*)</td>',
                      (root / "report" / "index.html").read_text())
-    assert cell and cell.group(1) == "(n = 1 seed)"
+    assert cell and cell.group(1) == ""  # the value alone: the header says "local (1 seed)"
     assert "n = 2 seeds (fedavg), 1 seed (local)" in captions(root / "report" / "index.html")["headline.png"]
     summaries = {m: [json.loads((root / f"{m}-s{s}" / "summary.json").read_text()) for s in seeds]
                  for m, seeds in (("fedavg", (0, 1)), ("local", (0,)))}
     md, frame = comparison_table(summaries, "final", tiny_config())
     local = next(line for line in md.splitlines() if line.startswith("| local |"))
     fedavg = next(line for line in md.splitlines() if line.startswith("| fedavg |"))
-    assert "±" not in local and local.count("(n = 1 seed)") == 9 and local.count("n/a") == 3  # no global view
-    assert fedavg.count("±") == 12 and "n = 1" not in fedavg
+    assert "±" not in local and "seed" not in local and local.count("n/a") == 3  # no global view
+    assert fedavg.count("±") == 12 and "seed" not in fedavg
+    assert "(a value without ± is one seed's)" in md
     value = summaries["local"][0]["final"]["personalized"]["accuracy"]
     final = summaries["local"][0]["final_round"]
-    assert f"| local | 0 | {final} | {100 * value:.2f} (n = 1 seed) |" in md  # every row: its seeds and round
+    assert f"| local | 0 | {final} | {100 * value:.2f} |" in md  # every row: its seeds and round
     assert fedavg.startswith(f"| fedavg | 0, 1 | {final} |")
     best = [s["best_round"] for s in summaries["fedavg"]]
     best_md, _ = comparison_table(summaries, "best", tiny_config())

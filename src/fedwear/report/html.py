@@ -74,14 +74,13 @@ def _num(key: str, metric: str, value: float | None) -> str:
     return f'<span data-key="{escape(key)}" data-value="{exact}">{fmt(metric, value)}</span>'
 
 
-def _pm(key: str, metric: str, mean: float | None, std: float | None, n: int | None = None,
-        what: str = "seed") -> str:
-    """``mean ± std``; over a single value (``n`` = 1 ``what``) the value and ``(n = 1 seed)``:
-    never a ``± 0.00`` that would read as no variance."""
+def _pm(key: str, metric: str, mean: float | None, std: float | None, n: int | None = None) -> str:
+    """``mean ± std``; over a single value (``n`` = 1) the value alone: never a ``± 0.00`` that
+    would read as no variance (the column or the caption says how many values there are)."""
     if _missing(mean):
         return "n/a"
     if n == 1:
-        return f"{_num(key + '.mean', metric, mean)} <small>(n = 1 {what})</small>"
+        return _num(key + ".mean", metric, mean)
     return f"{_num(key + '.mean', metric, mean)} ± {_num(key + '.std', metric, std)}"
 
 
@@ -133,7 +132,9 @@ def run_table(run: Run, prefix: str = "") -> str:
                 key = f"{prefix}{sel}.{view}.{metric}"
                 at = s.get("final_round") if sel == "final" else (s.get("best_rounds") or {}).get(view, s.get("best_round"))
                 cells.append(f"<td>{_num(key + '.weighted', metric, weighted)}</td>")
-                cells.append(f"<td>{_pm(key, metric, stats.get('mean'), stats.get('std'), _clients_at(run, at, view), 'client')}</td>")
+                n = _clients_at(run, at, view)
+                note = " <small>(1 client)</small>" if n == 1 else ""
+                cells.append(f"<td>{_pm(key, metric, stats.get('mean'), stats.get('std'), n)}{note}</td>")
             rows.append(_row(view if i == 0 else "", metric, cells, first=i == 0))
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -163,7 +164,8 @@ def _over_seeds(values: list) -> tuple[float | None, float | None, int]:
 def comparison_table(groups: Groups, select: str, reference: str | None = None) -> str:
     """Per view x metric (rows) and method (columns): mean ± population std over seeds of the
     per-seed sample-weighted means over clients at the ``select`` (final or best) round (one
-    seed: its value and ``n = 1 seed``); ``reference``'s column header says so; a sentence
+    seed: its value alone; the column header gives each method's seeds); ``reference``'s column
+    header says so; a sentence
     instead when no run evaluated a round."""
     if not any(r.evaluated for runs in groups.values() for r in runs):
         return '<p class="empty">No round evaluated yet: no run\'s metrics.csv holds a row.</p>'
@@ -181,7 +183,7 @@ def comparison_table(groups: Groups, select: str, reference: str | None = None) 
             for method, runs in groups.items():
                 vals = [(r.summary.get(select) or {}).get(view, {}).get(metric) for r in runs]
                 mean, std, n = _over_seeds(vals)
-                note = f" <small>(n = {n} seeds)</small>" if 1 < n < len(runs) else ""
+                note = f" <small>({n} of {len(runs)} seeds)</small>" if 0 < n < len(runs) else ""
                 cells.append(f"<td>{_pm(f'{select}.{method}.{view}.{metric}', metric, mean, std, n)}"
                              f"{note}</td>")
             rows.append(_row(view if i == 0 else "", metric, cells, first=i == 0))
@@ -192,9 +194,9 @@ def comparison_caption(select: str, groups: Groups) -> str:
     when = ("final round" if select == "final"
             else "best round of each seed (its summary.json best_round)")
     return (f"{when.capitalize()}, test split. Per seed the {weighted(flat(groups))}; cell: mean ± population "
-            "std over seeds (ddof=0) of those per-seed values (n = seeds with a value, shown when "
-            "some seed has none; a single value reads n = 1 seed, with no ± that would look like no "
-            f"variance). {units_note(metrics_of(groups))}.")
+            "std over seeds (ddof=0) of those per-seed values; a single seed's value stands alone, with no ± "
+            "that would look like no variance; \"k of n seeds\" where some seed has none. "
+            f"{units_note(metrics_of(groups))}.")
 
 
 def figure(plot: Plot, out: Path) -> str:

@@ -99,8 +99,9 @@ def rounds_read(runs: list[dict], select: str) -> str:
 def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConfig,
                      tests: dict | None = None) -> tuple[str, pd.DataFrame]:
     """Markdown table and a long-form frame. Each cell is, over seeds, the mean ± population std
-    (ddof=0) of the per-seed sample-weighted means over clients (test split), or the value and
-    ``(n = 1 seed)`` when only one seed has one, classification in %, regression as
+    (ddof=0) of the per-seed sample-weighted means over clients (test split), or the value alone
+    when only one seed has one (``(k of n seeds)`` where fewer seeds than the row's have a value),
+    classification in %, regression as
     :data:`~fedwear.report.units.REGRESSION_NOTE` says. ``tests``
     (``reproduce.claims.tests_against``) adds each method's paired test against a reference."""
     views = ordered_views(v for runs in summaries.values() for s in runs for v in s[select])
@@ -120,9 +121,11 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
                     continue
                 mean, std = factor * vals.mean(), factor * vals.std()
                 shown = f"{mean:.2f}" if factor == 100.0 else f"{mean:.4g}"
-                # one value has no spread to show: "± 0.00" would read as zero variance
-                cells.append(f"{shown} (n = 1 seed)" if len(vals) == 1 else
-                             f"{shown} ± {std:.2f}" if factor == 100.0 else f"{shown} ± {std:.3g}")
+                # one value has no spread to show ("± 0.00" would read as zero variance): it stands alone,
+                # the seeds column says whose it is, and a cell with fewer seeds than its row says how many
+                spread = "" if len(vals) == 1 else f" ± {std:.2f}" if factor == 100.0 else f" ± {std:.3g}"
+                fewer = f" ({len(vals)} of {len(runs)} seeds)" if len(vals) < len(runs) else ""
+                cells.append(f"{shown}{spread}{fewer}")
                 records.append({"method": method, "view": v, "metric": m, "mean": mean, "std": std, "seeds": len(vals)})
         if tests:
             t = tests["rows"].get(method)
@@ -142,7 +145,7 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
         f"partition={cfg.dataset.partition}; "
         f"{select} round, test split; per seed the {over_clients(cfg.evaluation.client_weights)}, "
         "then mean ± population std (ddof=0) of those per-seed means "
-        f"over seeds {seeds} (a single seed's value: n = 1 seed); "
+        f"over seeds {seeds} (a value without ± is one seed's); "
         + (f"in %; AUC={cfg.evaluation.auc}" if factor == 100.0 else REGRESSION_NOTE)
     )
     if tests:
