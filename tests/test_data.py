@@ -381,7 +381,7 @@ def test_synthetic_is_learnable() -> None:
 
 
 def test_error_missing_root(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"set dataset.root=.*README 'Data'"):
+    with pytest.raises(ConfigError, match=r"set dataset.root=.*docs/data.md"):
         load_federated(DatasetConfig(name="usc_had", cache_dir=None), 0)
     with pytest.raises(DataError, match=r"does not exist.*set dataset.root="):
         load_raw(DatasetConfig(name="uci_hapt", root=str(tmp_path / "nope")))

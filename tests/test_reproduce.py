@@ -180,7 +180,7 @@ def test_a_missing_root_is_one_line_before_any_run(tmp_path):
     assert res.exit_code == 2 and not out.exists()
     assert res.output.strip().splitlines() == [
         f"error: --root {tmp_path / 'nope'}: no such folder; pass the folder of the usc_had dataset's original "
-        "files (see README 'Data')"]
+        "files (see docs/data.md)"]
 
 
 def test_forecasting_table_cells_are_means_over_clients_next_to_the_paper(tmp_path, monkeypatch):

@@ -119,7 +119,7 @@ def reproduce(
             name = runs[0][1].dataset.name
             what = ("the folder holding its datasets' folders" if name == "merged" else
                     f"the folder of the {name} dataset's original files")
-            raise FedwearError(f"--root {root}: no such folder; pass {what} (see README 'Data')")
+            raise FedwearError(f"--root {root}: no such folder; pass {what} (see docs/data.md)")
         if not report_only:
             typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)
 

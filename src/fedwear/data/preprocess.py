@@ -64,7 +64,7 @@ def require_root(cfg: DatasetConfig, title: str | None = None, subjects: str = "
             raise ConfigError(
                 f"dataset.root is not set for dataset '{cfg.name}': "
                 f"set dataset.root=/path/to/{cfg.name}, or fetch it with "
-                f"'fedwear data download {cfg.name}' (see README 'Data')"
+                f"'fedwear data download {cfg.name}' (see docs/data.md)"
             )
         if cfg.name not in _ANNOUNCED:
             _ANNOUNCED.add(cfg.name)
@@ -80,7 +80,7 @@ def require_root(cfg: DatasetConfig, title: str | None = None, subjects: str = "
     if not root.is_dir():
         raise DataError(
             f"dataset root {str(root)!r} does not exist or is not a folder: "
-            f"set dataset.root=/path/to/{cfg.name} (see README 'Data')"
+            f"set dataset.root=/path/to/{cfg.name} (see docs/data.md)"
         )
     return root
 

@@ -115,7 +115,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
         raise DataError(
             f"no UCI HAPT files (RawData/acc_expXX_userYY.txt[.gz] and RawData/labels.txt) found "
             f"under {root}: set dataset.root to the folder holding RawData/, or fetch it with "
-            f"'fedwear data download {NAME}' (see README 'Data')"
+            f"'fedwear data download {NAME}' (see docs/data.md)"
         )
     names = class_names(root)
     table = read_table(label_path, 5, np.int64)

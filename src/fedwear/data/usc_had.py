@@ -108,7 +108,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
         raise DataError(
             f"no USC-HAD files (Subject*/a*t*.mat) found under {root}: set dataset.root to "
             f"the folder holding Subject1..Subject14, or fetch it with 'fedwear data download {NAME}' "
-            "(see README 'Data')"
+            "(see docs/data.md)"
         )
     have = {p.parent for p in files}
     for d in sorted(root.iterdir()):
