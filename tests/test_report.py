@@ -715,3 +715,30 @@ def test_a_comparison_row_names_the_round_of_each_seed():
     runs = [{"final_round": 30, "best_round": 12}, {"final_round": 30, "best_round": 20}]
     assert rounds_read(runs, "final") == "30"  # one round for all seeds: said once
     assert rounds_read(runs, "best") == "12, 20"
+
+
+@pytest.mark.parametrize("fmt", ["pdf", "svg"])
+def test_format_writes_each_figure_also_as_a_vector_file(run_dir, tmp_path, fmt):
+    """For a paper: every PNG of the page has a vector twin (paths and text, not a bitmap), the
+    PNGs are at 300 dpi, and a later --format png report removes the twins it no longer makes."""
+    from PIL import Image
+
+    out = tmp_path / "page"
+    code, _, err = report(run_dir, "--out", str(out), "--format", fmt)
+    assert code == 0, err
+    pngs = sorted(out.glob("*.png"))
+    assert pngs and all(p.with_suffix(f".{fmt}").is_file() for p in pngs)
+    curves = (out / f"curves.{fmt}").read_bytes()
+    if fmt == "pdf":
+        assert curves.startswith(b"%PDF") and b"/Subtype /Image" not in curves  # drawn, not a picture
+    else:
+        assert b"<path" in curves and b"<image" not in curves
+    assert round(Image.open(out / "curves.png").info["dpi"][0]) == 300
+    code, _, err = report(run_dir, "--out", str(out))
+    assert code == 0, err
+    assert not list(out.glob(f"*.{fmt}"))
+
+
+def test_an_unknown_format_is_one_line(run_dir, tmp_path):
+    code, _, err = report(run_dir, "--out", str(tmp_path / "page"), "--format", "jpg")
+    assert code == 2 and "--format 'jpg': use one of png, pdf, svg" in err

@@ -59,8 +59,11 @@ LOCK = ".fedwear-lock"
 REPORT_FILES = ("index.html", "headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
                 "confusion-*.png", "f1-*.png", "cost.png", "bytes_*.png", "train_loss.png", "wall_time.png",
                 "embeddings-*.png", "embeddings-tsne.json", "forecast-*.png", "prototypes-*.png")
-#: What fedwear writes inside a run folder's subfolders (client states: ``STATE_FILE``).
-SUBFOLDER_FILES = {"report": REPORT_FILES, "tensorboard": ("events.out.tfevents.*",)}
+#: What fedwear writes inside a run folder's subfolders (client states: ``STATE_FILE``); a
+#: figure's vector files (``fedwear report --format pdf|svg``) beside its PNG.
+SUBFOLDER_FILES = {"report": (*REPORT_FILES, *(f.removesuffix(".png") + ext for f in REPORT_FILES
+                                                 if f.endswith(".png") for ext in (".pdf", ".svg"))),
+                   "tensorboard": ("events.out.tfevents.*",)}
 #: Files (and folders) a run writes; ``--overwrite`` removes these (in folders, what fedwear wrote).
 RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", CONFUSION_FILE, "summary.json", CHECKPOINT,
              "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report", "tracking.json",

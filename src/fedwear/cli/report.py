@@ -44,6 +44,9 @@ def report(
     reference: Annotated[str | None, typer.Option(
         help="the method the headline figure and the tables mark as the reference (default: the "
         "comparison's first method)")] = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="png (300 dpi), or pdf / svg: each figure also as that vector file beside "
+        "its PNG, for a paper")] = "png",
 ) -> None:
     """Write PNG plots and one self-contained index.html for a run or a comparison."""
     from fedwear.report.build import write_report
@@ -51,11 +54,11 @@ def report(
     command = command_line("fedwear report", [str(path)], (
         ("--out", out), ("--root", root), ("--client", client),
         ("--tsne-windows", tsne_windows if tsne_windows != TSNE_WINDOWS else None),
-        ("--reference", reference),
+        ("--reference", reference), ("--format", fmt if fmt != "png" else None),
         ("--embeddings", embeddings or None), ("--no-forecast", None if forecast else True)))
     try:
         index = write_report(path, out, embeddings, root, forecast, client, tsne_windows, command,
-                             reference=reference, paper=paper_numbers(path))
+                             reference=reference, paper=paper_numbers(path), fmt=fmt)
     except FedwearError as e:
         fail(e)
     typer.echo(str(index))

@@ -22,13 +22,14 @@ from fedwear.report.plots import (
     cost_plot,
     curve_plot,
     distribution_plots,
+    figure_format,
     flat,
     loss_plot,
     timing_plot,
 )
 from fedwear.report.regression import TSNE_WINDOWS, regression_plots, regression_runs
 from fedwear.report.rundir import Comparison, Run, load, unlike_seeds
-from fedwear.rundir import REPORT_FILES, refuse_links
+from fedwear.rundir import SUBFOLDER_FILES, refuse_links
 
 
 def all_plots(groups: Groups, out: Path, reference: str | None = None,
@@ -144,7 +145,7 @@ def _empty_sections(groups: Groups, plots: list[Plot]) -> dict[str, str]:
 def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                  root: Path | None = None, forecast: bool = True, client: str | None = None,
                  tsne_windows: int = TSNE_WINDOWS, command: str | None = None, *,
-                 reference: str | None = None, paper: PaperNumbers | None = None) -> Path:
+                 reference: str | None = None, paper: PaperNumbers | None = None, fmt: str = "png") -> Path:
     """Write the PNG figures and ``index.html`` for the run or comparison at ``path`` into ``out``
     (default ``path/report``); returns the path of ``index.html``. ``reference``: the method the
     headline figure and the tables mark (default the comparison's first); ``paper``: the
@@ -169,7 +170,7 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                            "a regression run: add --embeddings or drop --root")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for pattern in REPORT_FILES:  # an earlier report's files, which may no longer apply
+        for pattern in SUBFOLDER_FILES["report"]:  # an earlier report's files, which may no longer apply
             for old in out.glob(pattern):
                 if old.is_file() and not old.is_symlink():
                     old.unlink()
@@ -181,13 +182,14 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
             meta, tables = _comparison_meta(target), _comparison_tables(target, reference or next(iter(groups)))
         if command:
             meta = [f"made by <code>{escape(command)}</code>", *meta]
-        plots = all_plots(groups, out, reference=reference, paper=paper)
-        if embeddings:
-            from fedwear.report.embeddings import embedding_plot  # loads data and checkpoints
+        with figure_format(fmt):  # pdf / svg: each figure also as a vector file
+            plots = all_plots(groups, out, reference=reference, paper=paper)
+            if embeddings:
+                from fedwear.report.embeddings import embedding_plot  # loads data and checkpoints
 
-            plots.append(embedding_plot(groups, out, root))
-        if regression:  # loads data and checkpoints
-            plots += regression_plots(groups, out, root, client, tsne_windows)
+                plots.append(embedding_plot(groups, out, root))
+            if regression:  # loads data and checkpoints
+                plots += regression_plots(groups, out, root, client, tsne_windows)
         index = out / "index.html"
         index.write_text(html.page(title, meta, tables, plots, out, _empty_sections(groups, plots)), encoding="utf-8")
     except OSError as e:

@@ -20,7 +20,9 @@ time), :func:`bytes_plot`, :func:`loss_plot`, :func:`timing_plot`; the headline 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from fedwear.config import KIND_METRICS
+from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.evaluation.naive import NAIVE
 from fedwear.report.rundir import Run
@@ -39,7 +42,7 @@ from fedwear.report.tables import ordered_views
 from fedwear.report.units import NAMES, axis_label, scale, unit
 
 Groups = dict[str, list[Run]]
-DPI = 110
+DPI = 300  # print resolution: a paper's figures come from the same files
 #: The narrowest y range (in percentage points) a metric in % is drawn on.
 MIN_SPAN = 20.0
 #: Line styles of the views in a figure's view order (colour is the method's).
@@ -163,8 +166,31 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+#: ``fedwear report --format``: each figure as PNG (the page shows those) and, for ``pdf`` or
+#: ``svg``, also as that vector file beside it, for a paper.
+FORMATS = ("png", "pdf", "svg")
+_EXTRA_FORMAT: ContextVar[str | None] = ContextVar("report_format", default=None)
+
+
+@contextmanager
+def figure_format(fmt: str) -> Iterator[None]:
+    """Figures saved inside also as ``fmt`` (one of :data:`FORMATS`; ``png``: PNG only)."""
+    if fmt not in FORMATS:
+        raise FedwearError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    token = _EXTRA_FORMAT.set(None if fmt == "png" else fmt)
+    try:
+        yield
+    finally:
+        _EXTRA_FORMAT.reset(token)
+
+
 def _save(fig: Figure, out: Path, file: str) -> None:
+    """``file`` (a PNG at :data:`DPI`), and the same figure as a vector file when asked
+    (:func:`figure_format`); no creation date in either, so a report's bytes follow its runs."""
     fig.savefig(out / file, dpi=DPI, metadata={"Software": None})
+    if (fmt := _EXTRA_FORMAT.get()) is not None:
+        metadata = {"Creator": None, "Producer": None, "CreationDate": None} if fmt == "pdf" else {"Date": None}
+        fig.savefig((out / file).with_suffix(f".{fmt}"), metadata=metadata)
 
 
 # ---- axes ---------------------------------------------------------------------------------------
