@@ -742,3 +742,25 @@ def test_format_writes_each_figure_also_as_a_vector_file(run_dir, tmp_path, fmt)
 def test_an_unknown_format_is_one_line(run_dir, tmp_path):
     code, _, err = report(run_dir, "--out", str(tmp_path / "page"), "--format", "jpg")
     assert code == 2 and "--format 'jpg': use one of png, pdf, svg" in err
+
+
+@pytest.mark.parametrize(("rounds", "ticks"), [
+    ([0, 5, 10, 15], [0, 5, 10, 15]),  # matplotlib's own locator put them at 0, 3, 6, 9, 12, 15
+    (list(range(0, 301, 10)), list(range(0, 301, 50))),  # 31 points: every 50th round
+    (list(range(1, 301)), list(range(50, 301, 50))),  # every round (the cost figures)
+    ([*range(0, 100, 10), 97], list(range(0, 100, 20))),  # a last round off the grid
+    ([7], [7]),
+])
+def test_round_ticks_sit_on_the_points(rounds, ticks):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from fedwear.report.plots import round_axis
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.plot(rounds, np.zeros(len(rounds)), "o")
+    round_axis(ax, rounds)
+    assert [int(t) for t in ax.get_xticks()] == ticks
+    assert set(ax.get_xticks()) <= set(rounds)

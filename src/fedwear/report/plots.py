@@ -31,7 +31,6 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
 from fedwear.config import KIND_METRICS
 from fedwear.errors import FedwearError
@@ -227,16 +226,37 @@ def set_range(ax, lo: float, hi: float) -> None:
     ax.set_ylim(lo - pad, hi + pad)
 
 
+#: At most this many round ticks on an axis.
+MAX_ROUND_TICKS = 8
+
+
+def round_ticks(rounds: list[int]) -> list[int]:
+    """Ticks where the points are (a locator's own fell between them: 6, 9, 12 for points at 5,
+    10, 15): every drawn round when there are at most :data:`MAX_ROUND_TICKS`, else those that
+    are multiples of a round number of the points' step (every 50th round of 300), else every
+    k-th point."""
+    if len(rounds) <= MAX_ROUND_TICKS:
+        return rounds
+    steps = np.diff(rounds)
+    step = int(np.bincount(steps).argmax()) or 1  # the usual distance between evaluated rounds
+    for m in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000):
+        ticks = [r for r in rounds if r % (step * m) == 0]
+        if 2 <= len(ticks) <= MAX_ROUND_TICKS:
+            return ticks
+    return rounds[:: math.ceil(len(rounds) / MAX_ROUND_TICKS)]
+
+
 def round_axis(ax, rounds: Iterable[float]) -> None:
-    """Integer round ticks; a single round sits in the middle of ``round - 1 .. round + 1``."""
-    rs = sorted({float(r) for r in rounds})
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    """Round ticks where the points are (:func:`round_ticks`); a single round sits in the middle
+    of ``round - 1 .. round + 1``."""
+    rs = sorted({int(r) for r in rounds})
     if len(rs) == 1:
         ax.set_xlim(rs[0] - 1, rs[0] + 1)
-        ax.set_xticks([rs[0]])
     elif rs:
         span = rs[-1] - rs[0]
         ax.set_xlim(rs[0] - 0.04 * span, rs[-1] + 0.04 * span)
+    if rs:
+        ax.set_xticks(round_ticks(rs))
 
 
 def show_zero(ax) -> None:
