@@ -674,7 +674,7 @@ def test_runs_without_confusion_csv_are_named_beside_the_others(compare_dir, tmp
 def test_quickstart_comparison_renders_as_a_paper_figure_set(tmp_path):
     """`fedwear compare` of the quickstart config (3 of its methods x 2 seeds on the bundled UCI
     HAPT subset, 2 rounds) and its report in Chromium: every figure there and drawn; then the
-    same with one seed per method, whose cells read n = 1 seed."""
+    same with one seed per method, whose columns say "1 seed" once and whose cells have no ±."""
     needs_chromium()
     cmp = tmp_path / "qs"
     res = CliRunner().invoke(app, [
@@ -704,7 +704,7 @@ def test_quickstart_comparison_renders_as_a_paper_figure_set(tmp_path):
     code, _, err = report(one)
     assert code == 0, err
     dom = rendered(one / "report" / "index.html", tmp_path / "single")
-    assert "(n = 1 seed)" in dom and "n = 1 seed per method" in dom
+    assert "fedavg (1 seed)" in dom and "n = 1 seed per method" in dom
     cells = re.findall(r"<td>(.*?)</td>", dom.split("<h3>final round</h3>")[1].split("</table>")[0])
     assert cells and all("±" not in c for c in cells)
 

@@ -118,7 +118,7 @@ def test_best_runs_the_tuned_and_the_default_config_on_the_test_split(files, tmp
                                    "--seeds", "0", "--quiet"])
     assert res.exit_code == 0, res.output
     table = (out / "best" / "table.md").read_text()
-    assert "| fedavg |" in table and "| fedavg-tuned |" in table and "(n = 1 seed)" in table
+    assert "| fedavg |" in table and "| fedavg-tuned |" in table and "(a value without ± is one seed's)" in table
     assert sorted(p.name for p in (out / "best").iterdir() if p.is_dir()) == ["fedavg-s0", "fedavg-tuned-s0"]
 
 
