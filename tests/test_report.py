@@ -503,8 +503,20 @@ def test_every_figure_is_drawn(compare_page):
             "confusion-new_clients.png", "f1-personalized.png", "f1-new_clients.png", "cost.png"} <= {p.name for p in pngs}
     for png in pngs:
         assert_not_blank(png)
-    for colour in ("C0", "C1"):  # each method's bars (fedavg, local; alpha 0.85) fill part of the headline
+    from fedwear.report.plots import _palette
+
+    for colour in _palette(2)[:2]:  # each method's bars (fedavg, local; alpha 0.85) fill part of the headline
         assert share_of(compare_page.parent / "headline.png", colour, 0.85) > 0.01, colour
+
+
+def test_up_to_ten_methods_get_tableau_s_colour_blind_safe_colours():
+    from matplotlib import style
+
+    from fedwear.report.plots import colors
+
+    safe = style.library["tableau-colorblind10"]["axes.prop_cycle"].by_key()["color"]
+    assert list(colors({f"m{i}": [] for i in range(10)}).values()) == safe
+    assert len(set(map(str, colors({f"m{i}": [] for i in range(14)}).values()))) == 14  # more: still one each
 
 
 def captions(index: Path) -> dict[str, str]:

@@ -76,16 +76,18 @@ class Plot:
 
 
 def _palette(n: int) -> list:
-    """matplotlib's tab10 colours, or tab20's for more than 10 methods (no two methods share one)."""
-    from matplotlib import colormaps
+    """Up to 10 methods: Tableau's colour-blind-safe 10 colours (matplotlib's style
+    ``tableau-colorblind10``); more: tab20's, so that no two methods share a colour (each method
+    also has its own marker)."""
+    from matplotlib import colormaps, style
 
     if n <= 10:
-        return [f"C{i}" for i in range(10)]
+        return list(style.library["tableau-colorblind10"]["axes.prop_cycle"].by_key()["color"])
     return [colormaps["tab20"](i) for i in range(20)]
 
 
 def colors(groups: Groups) -> dict[str, str]:
-    """A fixed colour per method (tab10, tab20 above 10 methods; in group order)."""
+    """A fixed colour per method (:func:`_palette`, in group order)."""
     palette = _palette(len(groups))
     return {m: palette[i % len(palette)] for i, m in enumerate(groups)}
 
