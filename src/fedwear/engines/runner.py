@@ -225,10 +225,11 @@ class Runner:
     def restore(self, checkpoint: dict, source: str = "the checkpoint") -> None:
         """Continue after ``checkpoint["round"]`` (see ``fedwear.callbacks.Checkpointer``);
         ``source`` names it in the one line refusing arrays the config's model cannot take."""
-        fresh = self.method.init_server()
-        model = getattr(self.method, "initial", {})  # the model's own arrays, where the method has one
+        # the model's own arrays, where the method has a model: what loading them into it needs (other
+        # server and client arrays, such as FedPCL's prototype set, may grow from round to round)
+        model = getattr(self.method, "initial", {})
         states = {c: s for c, s in checkpoint["clients"].items() if isinstance(s, Record)}  # not a file index
-        for what, saved, want in [("the server's", checkpoint["server"], fresh.arrays),
+        for what, saved, want in [("the server's", checkpoint["server"], model),
                                   *((f"client {c}'s", s, model) for c, s in states.items())]:
             if why := unlike(saved, want):
                 raise FedwearError(f"{source}: {what} {why}, but this config's model makes it otherwise; "
