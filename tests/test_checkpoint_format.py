@@ -281,3 +281,12 @@ def test_a_checkpoint_whose_arrays_the_model_cannot_take_is_one_line_on_resume(t
         fedwear.run(cfg, out, resume=True)
     text = one_line_error(e, out / CHECKPOINT, f"the server's array {key!r} is", "rerun with --overwrite")
     assert ("int64" in text) if change == "dtype" else (f"[{a.size + 1}]" in text)
+
+
+def test_a_server_state_that_grows_still_resumes(tmp_path):
+    """FedPCL's prototype set grows after round 1: only the model's own arrays are held to the
+    config's shapes on resume (the server's others were once refused)."""
+    cfg = tiny_config(method="fedpcl", rounds=3)
+    with pytest.raises(KeyboardInterrupt):
+        fedwear.run(cfg, tmp_path, callbacks=[Interrupt(after=2)])
+    assert fedwear.run(cfg, tmp_path, resume=True).summary["final_round"] == 3
