@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -87,6 +88,20 @@ def _adapted(method: Method, down: Record, states: dict[str, Record], global_msg
             pred = method.global_predictor(global_msg)
         if pred is not None:
             yield budget, pred
+
+
+def is_number(v: object) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+
+def whole_number(v: object) -> int | None:
+    """``v`` as a whole number (an integer, or a float without a fraction), else None."""
+    if not is_number(v):
+        return None
+    if isinstance(v, int | np.integer):
+        return int(v)
+    f = float(v)  # type: ignore[arg-type]
+    return int(f) if math.isfinite(f) and f.is_integer() else None
 
 
 def split_sizes(data: ClientData) -> tuple[int, int, int]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedwear.config import KIND_METRICS, RunConfig
-from fedwear.engines.client import CONFUSION
+from fedwear.engines.client import CONFUSION, whole_number
 from fedwear.evaluation.metrics import METRIC_RANGE, impossible_value, per_class_f1
 from fedwear.evaluation.naive import NAIVE
 
@@ -63,13 +63,6 @@ class RowRules:
                         frozenset(["test", "val"] if ev.best_split == "val" else ["test"]), dict(sizes), pooled)
 
 
-def _whole(v: object) -> int | None:
-    if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
-        return None
-    f = float(v)
-    return int(f) if math.isfinite(f) and f.is_integer() else None
-
-
 def _shown(v: object) -> str:
     """A client's text as a reason may quote it: short, and without rounds.csv's separators."""
     text = repr(v)
@@ -100,7 +93,7 @@ def rows_problem(rows: list[dict], client: str, new: bool, rules: RowRules, pool
 
 
 def _row_problem(row: dict, client: str, base: str, split: str, rules: RowRules) -> str | None:
-    n, n_train = _whole(row.get("n")), _whole(row.get("n_train"))
+    n, n_train = whole_number(row.get("n")), whole_number(row.get("n_train"))
     if n is None or n < 0 or n_train is None or n_train < 0:
         return f"n={row.get('n')!r}, n_train={row.get('n_train')!r}: not whole numbers >= 0"
     declared = rules.sizes.get(client)
@@ -134,7 +127,7 @@ def _row_problem(row: dict, client: str, base: str, split: str, rules: RowRules)
 def _confusion_problem(cells: object, n: int, values: dict[str, float], q: int) -> str | None:
     if not isinstance(cells, tuple | list) or len(cells) != q * q:
         return f"confusion counts: expected {q * q} (num_classes squared)"
-    counts = [_whole(c) for c in cells]
+    counts = [whole_number(c) for c in cells]
     if any(c is None or c < 0 for c in counts):
         return "confusion counts: not whole numbers >= 0"
     matrix = np.asarray(counts, np.int64).reshape(q, q)

@@ -21,7 +21,15 @@ import numpy as np
 
 from fedwear.config import RunConfig
 from fedwear.data.types import FederatedData, Windows
-from fedwear.engines.client import CONFUSION, TRAINING_BYTES, Row, row_client, split_sizes
+from fedwear.engines.client import (
+    CONFUSION,
+    TRAINING_BYTES,
+    Row,
+    is_number,
+    row_client,
+    split_sizes,
+    whole_number,
+)
 from fedwear.engines.robust import robust_aggregate
 from fedwear.engines.rows import RowRules, rows_problem
 from fedwear.errors import FedwearError
@@ -142,20 +150,6 @@ class Roster:
                     tuple(self.target), dict(self.classes))
 
 
-def _is_number(v: object) -> bool:
-    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
-
-
-def _whole(v: object) -> int | None:
-    """``v`` as a whole number (an integer, or a float without a fraction), else None."""
-    if not _is_number(v):
-        return None
-    if isinstance(v, int | np.integer):
-        return int(v)
-    f = float(v)  # type: ignore[arg-type]
-    return int(f) if math.isfinite(f) and f.is_integer() else None
-
-
 def reply_problem(reply: Record, train_size: int | None) -> str | None:
     """Why the scalars the round loop reads from a reply are unusable, or None.
 
@@ -169,10 +163,10 @@ def reply_problem(reply: Record, train_size: int | None) -> str | None:
     if WEIGHT not in reply.scalars:
         return f"no weight: the reply lacks the scalar {WEIGHT!r} (the client's number of train windows)"
     v = reply.scalars[WEIGHT]
-    n = _whole(v)
+    n = whole_number(v)
     bound = f"1 to {train_size}" if train_size is not None else "at least 1"
     if n is None or n < 1 or (train_size is not None and n > train_size):
-        if not _is_number(v):
+        if not is_number(v):
             what = f"{v!r} ({type(v).__name__}), not a number"
         elif not math.isfinite(float(v)):  # type: ignore[arg-type]
             what = f"{v}, not finite"
@@ -184,10 +178,10 @@ def reply_problem(reply: Record, train_size: int | None) -> str | None:
             what = f"{v}, above the client's {train_size} train windows"
         return f"weight {WEIGHT!r} is {what} (expected a whole number of train windows, {bound})"
     loss = reply.scalars.get("loss", 0.0)
-    if not _is_number(loss):
+    if not is_number(loss):
         return f"scalar 'loss' is {loss!r} ({type(loss).__name__}), not a number"
     used = reply.scalars.get(TRAINING_BYTES, 0)
-    if _whole(used) is None or used < 0:  # type: ignore[operator]
+    if whole_number(used) is None or used < 0:  # type: ignore[operator]
         return f"scalar {TRAINING_BYTES!r} is {used!r}, not a whole number of bytes >= 0"
     return None
 
