@@ -7,11 +7,17 @@ repository). Without it, tests that need it are skipped with the reason, except 
 tests run everywhere. ``one_thread`` runs a test on one torch thread, as ``fedwear.run`` does
 with ``threads: 1``, for tests that call a method's hooks directly. Tests marked ``ray`` run one
 at a time, whatever pytest-xdist does with them, and under pytest-xdist on one worker.
+
+A test marked ``extra(name)`` needs that optional dependency of pyproject (``flower``,
+``tracking``, ``tune``, ``cluster``): it is also slow, so the default suite needs only the
+``test`` extra, and ``pytest -m slow`` runs it; without the extra it is skipped with the
+command that installs it, except under ``FEDWEAR_REQUIRE_EXTRAS=1`` (set by CI), where it fails.
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -67,13 +73,38 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+#: The modules each optional dependency (pyproject's extras) brings.
+EXTRAS = {"flower": ("flwr",), "tracking": ("mlflow", "tensorboard"), "tune": ("optuna",),
+          "cluster": ("ray", "submitit")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and -m deselects
 def pytest_collection_modifyitems(items):
     """Tests marked ``ray`` go to one pytest-xdist worker (``--dist loadgroup``, in pyproject's
-    addopts), so no worker sits waiting for the lock below while others run Ray."""
+    addopts), so no worker sits waiting for the lock below while others run Ray. Tests marked
+    ``extra`` are slow too."""
     for item in items:
         if item.get_closest_marker("ray") is not None:
             item.add_marker(pytest.mark.xdist_group("ray"))
+        if item.get_closest_marker("extra") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
+def needs_extra(name: str) -> None:
+    """Skip (or, under ``FEDWEAR_REQUIRE_EXTRAS=1``, fail) unless the extra ``name`` is installed."""
+    missing = [m for m in EXTRAS[name] if importlib.util.find_spec(m) is None]
+    if missing:
+        reason = f"needs the {name} extra ({', '.join(missing)} missing): pip install 'fedwear[{name}]'"
+        if os.environ.get("FEDWEAR_REQUIRE_EXTRAS") == "1":
+            pytest.fail(f"{reason} (FEDWEAR_REQUIRE_EXTRAS=1: every test must run here)")
+        pytest.skip(reason, allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _extras(request):
+    for mark in request.node.iter_markers("extra"):
+        for name in mark.args:
+            needs_extra(name)
 
 
 #: Held by the test running Ray, across pytest-xdist workers (and concurrent pytest runs): on 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fedwear.config import RunConfig, load_config
 
 
@@ -80,3 +82,15 @@ PHASES = {
     "pcfedh": {"method_options.pcfedh": {"pcl_rounds": 1, "clusters": 2, "per_cluster": 2, "encoder_epochs": 1,
                                          "crop_margin": 4}},
 }
+
+
+def figure_texts(index: Path) -> dict[str, str]:
+    """Each figure of a report page: its caption and its reading notes (the page's one "How to
+    read" block), together."""
+    import html
+    import re
+
+    text = html.unescape(Path(index).read_text())
+    notes = dict(re.findall(r'<dt><a href="#[^"]+">([^<]+)</a></dt><dd>(.*?)</dd>', text))
+    return {file: f"{caption} {notes.get(file, '')}".strip()
+            for file, caption in re.findall(r"<figcaption><b>([^<]+)</b>: (.*?)</figcaption>", text)}

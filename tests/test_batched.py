@@ -39,6 +39,7 @@ def _alone(model, job: ClientJob, epochs: int, batch_size: int, clip: float | No
 
 
 @pytest.mark.parametrize("clip, mu", [(None, 0.0), (0.5, 0.0), (None, 0.1)])
+@pytest.mark.slow
 def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip, mu):
     torch.manual_seed(0)
     model = build_model("cnn", 32, 3, 4, width=8)
@@ -65,7 +66,8 @@ PERSIST = {"optimizer.persist": True, "optimizer.momentum": 0.9}
     ("fedavg", {"optimizer.persist": True, "grad_clip": 1.0, "optimizer.momentum": 0.9}),
     ("local", {}),
     ("fedper", {"optimizer.weight_decay": 1e-3}),
-    ("fedavg", {"privacy.dp": "central", "privacy.noise_multiplier": 0.1, "privacy.clipping_norm": 1.0}),
+    pytest.param("fedavg", {"privacy.dp": "central", "privacy.noise_multiplier": 0.1, "privacy.clipping_norm": 1.0},
+                 marks=pytest.mark.extra("flower")),  # central DP uses Flower's noise and clipping functions
     ("fedprox", {"method_options.fedprox.mu": 0.5}),  # FedAvg's step plus the proximal term
     ("fedrep", {"method_options.fedrep.head_lr": 0.01}),  # head step, then body step
     ("protohar", {"grad_clip": 1.0}),  # the prototype pull, first embeddings recorded
@@ -74,8 +76,6 @@ PERSIST = {"optimizer.persist": True, "optimizer.momentum": 0.9}
     ("scaffold", {}),  # gradients corrected by each client's c - c_i
 ])
 def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
-    if "privacy.dp" in sets:
-        pytest.importorskip("flwr")  # central DP uses Flower's noise and clipping functions
     calls = []
     real = batched.train_together
     monkeypatch.setattr(batched, "train_together", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -116,6 +116,7 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     ("fedproto", {"model.name": "cnn", "model.options": {"width": 8}, "optimizer.name": "sgd"},
      tiny_regression_config),  # per target bin
 ])
+@pytest.mark.slow
 def test_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config):
     """Every round of a batched run, each client's reply and kept state from ``fit_together``
     equal what ``fit`` gives on the same inputs, up to float rounding. (Whole runs drift apart

@@ -229,6 +229,7 @@ def _committed_series() -> list[dict[int, pd.Series]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_ledgers_test_holds_its_level_where_the_client_only_test_did_not():
     """Placebo comparisons of the committed runs (a method's seeds against its other seeds) and
     simulated nulls at measured variance components: the ledger's test decides at most 5%; the

@@ -40,6 +40,7 @@ def cfg_file(tmp_path) -> Path:
     return p
 
 
+@pytest.mark.slow
 def test_run_prints_summary_and_writes_run_dir(cfg_file, tmp_path):
     res = fedwear("run", str(cfg_file), "--out", str(tmp_path / "run"), "--quiet")
     assert res.returncode == 0, res.stderr
@@ -47,25 +48,30 @@ def test_run_prints_summary_and_writes_run_dir(cfg_file, tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_round"] == 3
 
 
+@pytest.mark.slow
 def test_unknown_method(cfg_file):
     assert_one_line_error(fedwear("run", str(cfg_file), "--set", "method=fedfoo"), "unknown method 'fedfoo'",
                           "fedwear methods")
     assert_one_line_error(fedwear("run", str(cfg_file), "--set", "method=fedavgg"), "did you mean fedavg")
 
 
+@pytest.mark.slow
 def test_unknown_key(cfg_file):
     assert_one_line_error(fedwear("run", str(cfg_file), "--set", "dataset.rooot=x"), "dataset.rooot")
 
 
+@pytest.mark.slow
 def test_unknown_method_option(cfg_file):
     res = fedwear("run", str(cfg_file), "--set", "method=fedprox", "--set", "method_options.fedprox.muu=1")
     assert_one_line_error(res, "method_options.fedprox.muu")
 
 
+@pytest.mark.slow
 def test_missing_config_file(tmp_path):
     assert_one_line_error(fedwear("run", str(tmp_path / "none.yaml")), "none.yaml")
 
 
+@pytest.mark.slow
 def test_missing_data_root(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(dump_config(tiny_config(**{"dataset.name": "usc_had", "dataset.root": str(tmp_path / "nope")})))
@@ -73,6 +79,7 @@ def test_missing_data_root(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_corrupt_mat_file_keeps_existing_outputs(tmp_path, data_root):
     root = tmp_path / "usc"
     (root / "Subject1").mkdir(parents=True)
@@ -90,6 +97,7 @@ def test_corrupt_mat_file_keeps_existing_outputs(tmp_path, data_root):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_nan_in_signal(tmp_path, hapt_root):
     root = tmp_path / "hapt" / "RawData"
     root.mkdir(parents=True)
@@ -107,6 +115,7 @@ def test_nan_in_signal(tmp_path, hapt_root):
     assert_one_line_error(fedwear("run", str(cfg)), "acc_exp01_user01")
 
 
+@pytest.mark.slow
 def test_other_config_in_run_dir_is_refused(cfg_file, tmp_path):
     out = tmp_path / "run"
     assert fedwear("run", str(cfg_file), "--out", str(out), "--quiet").returncode == 0
@@ -116,6 +125,7 @@ def test_other_config_in_run_dir_is_refused(cfg_file, tmp_path):
     assert (out / "metrics.csv").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_model_too_deep_for_the_window(cfg_file, tmp_path):
     res = fedwear("run", str(cfg_file), "--set", "model.name=harcnn", "--set", "model.options={}",
                   "--out", str(tmp_path / "r"))
@@ -123,17 +133,20 @@ def test_model_too_deep_for_the_window(cfg_file, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_out_naming_an_existing_file(cfg_file, tmp_path):
     (tmp_path / "f").write_text("keep")
     assert_one_line_error(fedwear("run", str(cfg_file), "--out", str(tmp_path / "f")), "is a file")
     assert (tmp_path / "f").read_text() == "keep"
 
 
+@pytest.mark.slow
 def test_seeds_that_are_not_integers(cfg_file, tmp_path):
     res = fedwear("compare", str(cfg_file), "--methods", "fedavg", "--seeds", "0,x", "--out", str(tmp_path / "c"))
     assert_one_line_error(res, "--seeds", "'0,x'")
 
 
+@pytest.mark.slow
 def test_existing_run_needs_resume_or_overwrite(cfg_file, tmp_path):
     out = tmp_path / "run"
     assert fedwear("run", str(cfg_file), "--out", str(out), "--quiet").returncode == 0
@@ -143,6 +156,7 @@ def test_existing_run_needs_resume_or_overwrite(cfg_file, tmp_path):
     assert json.loads((out / "summary.json").read_text())["seed"] == 4
 
 
+@pytest.mark.slow
 def test_methods_and_data_list():
     res = fedwear("methods")
     assert res.returncode == 0 and "fedprox.mu" in res.stdout and "centralized" in res.stdout
@@ -150,6 +164,7 @@ def test_methods_and_data_list():
     assert res.returncode == 0 and "usc_had" in res.stdout and "uci_hapt" in res.stdout
 
 
+@pytest.mark.slow
 def test_data_info(data_root):
     res = fedwear("data", "info", "usc_had", "--root", str(data_root / "usc_had"))
     assert res.returncode == 0, res.stderr
@@ -159,6 +174,7 @@ def test_data_info(data_root):
     assert res.returncode == 2 and res.stderr.startswith("error: unknown dataset 'usc-had'; known: ")
 
 
+@pytest.mark.slow
 def test_compare_writes_table(cfg_file, tmp_path):
     res = fedwear("compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0,1",
                   "--out", str(tmp_path / "cmp"), "--quiet")
@@ -169,6 +185,7 @@ def test_compare_writes_table(cfg_file, tmp_path):
     assert (tmp_path / "cmp" / "local-s1" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_compare_reuses_finished_runs_and_resumes_unfinished_ones(cfg_file, tmp_path):
     root = tmp_path / "cmp"
     args = ["compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0", "--out", str(root), "--quiet"]
@@ -191,6 +208,7 @@ def test_compare_reuses_finished_runs_and_resumes_unfinished_ones(cfg_file, tmp_
     assert (root / "table.md").read_text() == table
 
 
+@pytest.mark.slow
 def test_compare_in_parallel_equals_serial(cfg_file, tmp_path):
     base = ["compare", str(cfg_file), "--methods", "fedavg,local", "--seeds", "0,1", "--quiet"]
     assert fedwear(*base, "--out", str(tmp_path / "serial")).returncode == 0
@@ -222,6 +240,7 @@ def test_a_grid_counts_as_running_the_folders_locked_since_it_started(tmp_path):
     assert str(GridStatus(2, 1, 3)) == "2/6 done, 1 running, 3 queued"
 
 
+@pytest.mark.slow
 def test_flower_serve_refuses_a_folder_holding_a_run(cfg_file, tmp_path):
     out = tmp_path / "run"
     assert fedwear("run", str(cfg_file), "--out", str(out), "--quiet").returncode == 0
@@ -232,10 +251,9 @@ def test_flower_serve_refuses_a_folder_holding_a_run(cfg_file, tmp_path):
 
 def _commands(group, path=()):
     """Every leaf command of the CLI with its path, e.g. (("data", "list"), <command>)."""
-    import click
 
     for name, cmd in group.commands.items():
-        if isinstance(cmd, click.Group):
+        if getattr(cmd, "commands", None) is not None:  # a group (click's, or typer's own copy of it)
             yield from _commands(cmd, (*path, name))
         else:
             yield (*path, name), cmd
@@ -245,7 +263,6 @@ def test_help_reads_in_an_80_column_terminal():
     """`fedwear --help` groups the commands, run first; each command's help is whole paragraphs
     (no source line breaks to wrap raggedly), and an off-by-default switch is one flag
     (`--quiet`, not `--quiet / --no-quiet`, which halved the description column)."""
-    import click
     import typer.main
     from typer.testing import CliRunner
 
@@ -262,7 +279,7 @@ def test_help_reads_in_an_80_column_terminal():
         for paragraph in (cmd.help or "").split("\n\n"):
             assert "\n" not in paragraph, (path, paragraph)
         for param in cmd.params:
-            if isinstance(param, click.Option) and param.is_flag and param.default is False:
+            if getattr(param, "is_flag", False) and param.default is False:
                 assert not param.secondary_opts, (path, param.opts, param.secondary_opts)
 
 
@@ -276,6 +293,7 @@ def test_version_names_what_the_numbers_depend_on():
     assert [ln.split(":")[0].strip() for ln in lines[1:]] == list(library_versions())
 
 
+@pytest.mark.slow
 def test_methods_shows_the_named_ones_one_line_each_when_piped_wrapped_in_a_terminal():
     from fedwear.methods import METHODS
 

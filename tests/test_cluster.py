@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("ray", reason="the cluster extra: pip install 'fedwear[cluster]'")
+from tests.conftest import needs_extra
 
-pytestmark = pytest.mark.ray  # one Ray instance at a time (tests/conftest.py)
+needs_extra("cluster")
+
+pytestmark = [pytest.mark.ray, pytest.mark.extra("cluster")]  # one Ray instance at a time (tests/conftest.py)
 RAY = str(Path(sys.executable).parent / "ray")
 CONFIG = {
     "method": "fedavg", "rounds": 8, "clients_per_round": 3, "local_epochs": 2, "batch_size": 8, "threads": 1,
@@ -134,7 +136,7 @@ def test_a_grid_on_a_ray_cluster_survives_a_lost_node_and_equals_the_local_grid(
 
 @pytest.mark.slow
 def test_flower_simulation_runs_on_an_existing_cluster_with_the_sim_engines_metrics(cluster, tmp_path: Path) -> None:
-    pytest.importorskip("flwr", reason="the flower extra: pip install 'fedwear[flower]'")
+    needs_extra("flower")
     address, worker_tmp, head_tmp = cluster
 
     def cluster_workers() -> set[Path]:  # the worker processes' logs of both nodes

@@ -160,6 +160,7 @@ def test_fixed_scaling_is_for_forecasting_datasets_only():
     assert "classification dataset" in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_huge_rounds_is_refused_in_one_line(tmp_path):
     """Every round's clients are drawn up front: 10**12 rounds took 14 GB before round 1."""
     from tests.test_cli import assert_one_line_error

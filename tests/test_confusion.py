@@ -116,6 +116,7 @@ def test_overwrite_removes_it_and_regression_writes_none(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["fedavg", "local"])
+@pytest.mark.slow
 def test_sim_and_batched_write_the_same_file(tmp_path, method):
     cfg = tiny_config(method=method)
     sim = fedwear.run(cfg, tmp_path / "sim")

@@ -297,6 +297,7 @@ def test_sources_config_checks(registered: types.ModuleType) -> None:
 
 
 @pytest.mark.parametrize("with_cache", [False, True])
+@pytest.mark.slow
 def test_real_merge_usc_had_and_uci_hapt(data_root: Path, registered: types.ModuleType,
                                          tmp_path: Path, with_cache: bool) -> None:  # fmt: skip
     """Meta-HAR's merged set on our data: USC-HAD's 6 kept activities and UCI HAPT's 6 basic

@@ -78,6 +78,7 @@ def test_deterministic_setting_is_applied_and_undone():
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+@pytest.mark.slow
 def test_the_default_setting_does_not_load_the_compiler_stack():
     """``deterministic: false`` (the default) leaves torch's flag alone: setting it imports
     inductor, dynamo and sympy: seconds of start-up for processes that do not train."""

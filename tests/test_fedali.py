@@ -290,10 +290,10 @@ def test_runs_repeat_bit_for_bit_and_batched_equals_sim(tmp_path):
     assert a.summary["bytes_down"] == int(n_clients.sum()) * msg.nbytes
 
 
+@pytest.mark.extra("flower")
 def test_flower_messages_give_the_same_metrics_and_bytes(tmp_path):
     """The Flower engine's messages (an in-process grid, as tests/test_flower.py does for every
     method) give FedAli's in-process metrics and bytes, evaluating round 0 too."""
-    pytest.importorskip("flwr")
     from tests.test_flower import run_on_grid
 
     cfg = make_config(**{"evaluation.at_start": True})

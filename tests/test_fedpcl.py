@@ -169,8 +169,8 @@ def test_short_runs_are_finite_and_deterministic(tmp_path, regression):
     assert rounds["bytes_down"].tolist() == [3 * 4 * (q * 256 + q + m * q * 256) for m in (0, 3, 3)]
 
 
+@pytest.mark.extra("flower")
 def test_regression_through_flower_messages_equals_in_process(tmp_path):
-    pytest.importorskip("flwr")
     from tests.test_flower import run_on_grid
 
     cfg = tiny_regression_config(method="fedpcl", **{"evaluation.at_start": True})

@@ -9,7 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("flwr")
+from tests.conftest import needs_extra
+
+pytestmark = pytest.mark.extra("flower")
+needs_extra("flower")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict  # noqa: E402
 

@@ -22,8 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("flwr")
-pytestmark = pytest.mark.slow
+from tests.conftest import needs_extra
+
+pytestmark = pytest.mark.extra("flower")
+needs_extra("flower")
 if shutil.which("openssl") is None:
     pytest.skip("openssl is needed to make test certificates", allow_module_level=True)
 

@@ -58,10 +58,9 @@ def test_moon_holds_three_models():
     assert up.scalars[TRAINING_BYTES] == 3 * model_bytes(moon.model)  # local, global and previous
 
 
-@pytest.mark.parametrize("sets", [{}, {"engine": "batched", "optimizer.name": "adam"}, {"privacy.dp": "central"}], ids=str)
+@pytest.mark.parametrize("sets", [{}, {"engine": "batched", "optimizer.name": "adam"},
+                                  pytest.param({"privacy.dp": "central"}, marks=pytest.mark.extra("flower"))], ids=str)
 def test_rounds_csv_reports_the_largest_client_footprint(tmp_path, sets):
-    if "privacy.dp" in sets:
-        pytest.importorskip("flwr")  # central DP uses Flower's noise and clipping functions
     cfg = tiny_config(method="moon", rounds=2, **sets)  # batched with Adam: MOON trains one by one
     fedwear.run(cfg, tmp_path / "run")
     rounds = pd.read_csv(tmp_path / "run" / "rounds.csv")

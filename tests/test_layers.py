@@ -16,6 +16,7 @@ PACKAGE = Path(fedwear.__file__).parent
 #: Top to bottom; a module may import its own layer or lower ones.
 LAYERS: list[tuple[str, ...]] = [
     ("fedwear.cli",),
+    ("fedwear.commands",),
     ("fedwear.flower_app",),
     ("fedwear.reproduce",),
     ("fedwear.compare", "fedwear.report", "fedwear.tune"),

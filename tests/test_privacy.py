@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
+from tests.conftest import needs_extra
+
+pytestmark = pytest.mark.extra("flower")
+needs_extra("flower")
 
 import fedwear  # noqa: E402
 from fedwear.data import load_federated  # noqa: E402

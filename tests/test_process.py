@@ -21,6 +21,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.slow
 def test_freed_buffers_are_reused() -> None:
     faults = {mode: int(subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True,
                                        check=True).stdout) for mode in ("default", "keep")}
@@ -40,6 +41,7 @@ print(float((x * 1.0).sum()))
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="torch's flush mode is x86's")
+@pytest.mark.slow
 def test_prepared_process_flushes_subnormals() -> None:
     out = {mode: float(subprocess.run([sys.executable, "-c", FLUSH_CHILD, mode], capture_output=True, text=True,
                                       check=True).stdout) for mode in ("default", "prepared")}

@@ -114,22 +114,21 @@ def test_bad_weights_are_left_out_in_process(tmp_path, monkeypatch):
     assert np.isfinite(res.metrics["accuracy"]).all()
 
 
-@pytest.mark.parametrize("method", ["centralized", "local", "fedproto", "fedavg+dp"])
+@pytest.mark.parametrize("method", ["centralized", "local", "fedproto",
+                                    pytest.param("fedavg+dp", marks=pytest.mark.extra("flower"))])
 def test_honest_weights_pass(tmp_path, method):
     """Methods that do not weight by train windows (Local, FedProto), the pooled client of
     Centralized, and central DP's weight 1 are accepted as they are."""
     sets = {"privacy.dp": "central", "privacy.noise_multiplier": 0.5} if method.endswith("+dp") else {}
-    if method.endswith("+dp"):
-        pytest.importorskip("flwr")
     fedwear.run(tiny_config(method=method.split("+")[0], rounds=1, **sets), tmp_path)
     rounds = pd.read_csv(tmp_path / "rounds.csv", keep_default_na=False)
     assert (rounds["dropped"] == "").all(), rounds["dropped"].tolist()
 
 
+@pytest.mark.extra("flower")
 def test_bad_weights_are_left_out_through_flower_messages(tmp_path, caplog):
     """The Flower engine's server side (flower-sim's and a deployment's) on an in-process grid,
     with the deployment's roster: the train sizes the nodes reported when queried."""
-    pytest.importorskip("flwr")
     from flwr.app import ConfigRecord, Message, RecordDict
 
     from fedwear.callbacks import CsvSink

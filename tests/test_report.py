@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import PathCollection
 from typer.testing import CliRunner
 
 import fedwear
@@ -22,7 +23,7 @@ from fedwear.cli import app
 from fedwear.config import METRICS
 from fedwear.report.tables import comparison_table
 from fedwear.summary import aggregate_metrics
-from tests.helpers import tiny_config
+from tests.helpers import figure_texts, tiny_config
 
 CHROMIUM = Path("/usr/bin/chromium")
 METHODS, SEEDS = ("fedavg", "local"), (0, 1)
@@ -138,6 +139,7 @@ def assert_run_numbers(page: Page, summary: dict, prefix: str = "") -> None:
     assert checked == 2 * 3 * sum(len(v) for v in summary["final"].values())
 
 
+@pytest.mark.slow
 def test_run_report_embeds_every_png(run_page):
     page = assert_images_embedded(run_page)
     names = set(page.images)
@@ -150,11 +152,13 @@ def test_run_report_embeds_every_png(run_page):
     assert text.index('id="headline.png"') < text.index("<table") < text.index('id="curves.png"')
 
 
+@pytest.mark.slow
 def test_run_report_table_equals_summary(run_dir, run_page):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert_run_numbers(Page(run_page.read_text()), summary)
 
 
+@pytest.mark.slow
 def test_captions_say_what_is_shown(run_page, compare_page):
     run_text, cmp_text = run_page.read_text(), compare_page.read_text()
     assert run_text.count("<figcaption>") == len(list(run_page.parent.glob("*.png")))
@@ -162,7 +166,7 @@ def test_captions_say_what_is_shown(run_page, compare_page):
     assert "population std over clients (ddof=0)" in run_text
     assert "min..max over seeds" in cmp_text and "population std over seeds (ddof=0)" in cmp_text
     # the per-client boxes cover every seed's clients, and say so
-    dist = cmp_text.split('id="distribution-accuracy.png"')[1].split("</figure>")[0]
+    dist = captions(compare_page)["distribution-accuracy.png"]
     assert "each point one client of one seed" in dist and "fedavg: seeds 0, 1; local: seeds 0, 1" in dist
 
 
@@ -176,6 +180,7 @@ def test_table_captions(run_dir, compare_dir):
     assert "population std (ddof=0)" in md and "per-seed means over seeds [0, 1]" in md
 
 
+@pytest.mark.slow
 def test_comparison_report(compare_dir, compare_page):
     page = assert_images_embedded(compare_page)
     # the page says how to make it again: the command line, with --out
@@ -205,8 +210,7 @@ def test_comparison_report(compare_dir, compare_page):
                     checked += 1
     assert checked > 40
     # all methods on one figure: the curve legend needs both methods' runs
-    curve = compare_page.read_text().split('id="curves.png"')[1]
-    assert "fedavg: seeds 0, 1; local: seeds 0, 1" in curve.split("</figure>")[0]
+    assert "fedavg: seeds 0, 1; local: seeds 0, 1" in captions(compare_page)["curves.png"]
 
 
 def test_any_numeric_column_is_a_metric(run_dir, tmp_path):
@@ -290,6 +294,7 @@ def text_of(page: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["classification", "regression"])
+@pytest.mark.slow
 def test_run_stopped_before_its_first_evaluation_is_reported(tmp_path, kind):
     """metrics.csv holds its header only: the tables and per-round figures say no round was
     evaluated yet (with the task's own metrics), the rounds, bytes and times it has are drawn."""
@@ -322,6 +327,7 @@ def test_run_stopped_before_its_first_evaluation_is_reported(tmp_path, kind):
     assert "(unfinished: stopped before round 1 of 6 ended)" in text_of(index)
 
 
+@pytest.mark.slow
 def test_stopped_run_is_reported_up_to_its_last_round(tmp_path, compare_dir):
     """Stopped at round 5 of 6 after evaluations at rounds 2 and 4, killed while writing round 6
     (torn last lines): reported up to round 5, numbers of round 4, labelled as stopped there; in
@@ -454,6 +460,7 @@ def test_variants_of_one_method_stay_apart(compare_dir, tmp_path):
     assert [r.label for r in cmp.runs["fedavg"]] == ["fedavg seed 0", "fedavg seed 1"]
 
 
+@pytest.mark.slow
 def test_seeds_not_alike_are_named(compare_dir, tmp_path):
     """Seeds of one method that ran other settings (seed aside), or that are read at other
     rounds, are named at the top of the page and under the headline: their mean mixes them."""
@@ -497,6 +504,7 @@ def share_of(png: Path, colour: str, alpha: float = 1.0) -> float:
     return float((np.abs(imread(png)[..., :3] - want) < 2 / 255).all(axis=2).mean())
 
 
+@pytest.mark.slow
 def test_every_figure_is_drawn(compare_page):
     pngs = sorted(compare_page.parent.glob("*.png"))
     assert {"headline.png", "curves.png", "distribution-accuracy.png", "confusion-personalized.png",
@@ -519,9 +527,7 @@ def test_up_to_ten_methods_get_tableau_s_colour_blind_safe_colours():
     assert len(set(map(str, colors({f"m{i}": [] for i in range(14)}).values()))) == 14  # more: still one each
 
 
-def captions(index: Path) -> dict[str, str]:
-    text = html.unescape(index.read_text())
-    return dict(re.findall(r"<figcaption><b>([^<]+)</b>: (.*?)</figcaption>", text))
+captions = figure_texts
 
 
 def test_views_that_are_one_model_are_drawn_once(compare_dir, compare_page):
@@ -562,6 +568,7 @@ def test_axes_are_honest():
     assert ax.get_ylim()[0] < 0
 
 
+@pytest.mark.slow
 def test_a_single_evaluated_round_is_a_point(tmp_path):
     fedwear.run(tiny_config(rounds=1), tmp_path / "run")
     code, _, err = report(tmp_path / "run")
@@ -570,6 +577,7 @@ def test_a_single_evaluated_round_is_a_point(tmp_path):
         assert_not_blank(tmp_path / "run" / "report" / png)
 
 
+@pytest.mark.slow
 def test_single_seed_cells_give_the_value_alone(compare_dir, tmp_path):
     """One seed of a method: its cells give the value alone, never "± 0.00" (nor an "n = 1 seed"
     repeated in every cell: the column header and the seeds column say it once), in the page's
@@ -609,11 +617,12 @@ def test_single_seed_cells_give_the_value_alone(compare_dir, tmp_path):
     assert f"| fedavg | 0, 1 | {shown} |" in best_md
 
 
+@pytest.mark.slow
 def test_headline_marks_the_reference_and_the_papers_numbers(compare_dir, tmp_path):
     """A folder that is a registered table's run folder (`fedwear reproduce protohar:table2`
     writes runs/protohar-table2) on that table's dataset gets the paper's numbers; any other
     folder none, and its caption says why."""
-    from fedwear.cli.report import paper_numbers
+    from fedwear.commands import paper_numbers
 
     plain = paper_numbers(compare_dir)
     assert not plain.values and "is not the run folder of a registered paper table" in plain.none
@@ -644,7 +653,7 @@ def test_headline_marks_the_reference_and_the_papers_numbers(compare_dir, tmp_pa
 def test_budgeted_paper_numbers_go_to_their_views(tmp_path):
     """Meta-HAR's prose numbers (meta-train, meta-test accuracy of metahar@n3) are the
     personalized@n3 and new_clients@n3 views."""
-    from fedwear.cli.report import paper_numbers
+    from fedwear.commands import paper_numbers
 
     root = tmp_path / "metahar-table1-usc_had"
     (root / "metahar-s0").mkdir(parents=True)
@@ -670,6 +679,7 @@ def test_a_run_folder_older_than_confusion_csv_still_reports(run_dir, tmp_path):
     assert "headline.png" in names and not any(n.startswith(("confusion-", "f1-")) for n in names)
 
 
+@pytest.mark.slow
 def test_runs_without_confusion_csv_are_named_beside_the_others(compare_dir, tmp_path):
     root = tmp_path / "cmp"
     shutil.copytree(compare_dir, root, ignore=shutil.ignore_patterns("report"))
@@ -730,6 +740,7 @@ def test_a_comparison_row_names_the_round_of_each_seed():
 
 
 @pytest.mark.parametrize("fmt", ["pdf", "svg"])
+@pytest.mark.slow
 def test_format_writes_each_figure_also_as_a_vector_file(run_dir, tmp_path, fmt):
     """For a paper: every PNG of the page has a vector twin (paths and text, not a bitmap), the
     PNGs are at 300 dpi, and a later --format png report removes the twins it no longer makes."""
@@ -776,3 +787,109 @@ def test_round_ticks_sit_on_the_points(rounds, ticks):
     round_axis(ax, rounds)
     assert [int(t) for t in ax.get_xticks()] == ticks
     assert set(ax.get_xticks()) <= set(rounds)
+
+
+# --- figures a paper can use ---------------------------------------------------------------------
+HAPT_NAMES = ["WALKING", "WALKING_UPSTAIRS", "WALKING_DOWNSTAIRS", "SITTING", "STANDING", "LAYING"]
+
+
+def drawn_figures(monkeypatch, path: Path, *args: str) -> dict[str, object]:
+    """The report of ``path`` (beside it), keeping each figure (by file name) as it is saved."""
+    from matplotlib.figure import Figure
+
+    figures, save = {}, Figure.savefig
+
+    def keep(fig, fname, *a, **kw):
+        figures[Path(fname).name] = fig
+        return save(fig, fname, *a, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    code, _, err = report(path, "--out", str(path.parent / f"{path.name}-page"), *args)
+    assert code == 0, err
+    return {k: v for k, v in figures.items() if k.endswith(".png")}
+
+
+@pytest.fixture(scope="module")
+def hapt_compare(tmp_path_factory) -> Path:
+    """FedAvg and Local on the bundled UCI HAPT subset with all 12 classes (long names: flat,
+    they would touch even across a double column), one round, 2 seeds of FedAvg."""
+    from fedwear.config import load_config
+
+    root = tmp_path_factory.mktemp("hapt") / "cmp"
+    for method, seed in (("fedavg", 0), ("fedavg", 1), ("local", 0)):
+        cfg = load_config("configs/quickstart.yaml", [f"method={method}", f"seed={seed}", "rounds=1",
+                                                       "evaluation.every=1", "evaluation.adapt_epochs=1",
+                                                       "dataset.classes=null", f"dataset.cache_dir={root.parent / 'cache'}"])
+        fedwear.run(cfg, root / f"{method}-s{seed}")
+    return root
+
+
+def test_no_tick_labels_overlap_in_any_figure(monkeypatch, hapt_compare):
+    """Every figure of a comparison and of a single run on UCI HAPT (whose class names are long)
+    at its paper width: no two tick labels of an axis touch (measured by matplotlib's renderer)."""
+    from fedwear.report.style import DOUBLE_COLUMN, SINGLE_COLUMN, overlapping_labels
+
+    for path in (hapt_compare, hapt_compare / "fedavg-s0"):
+        figures = drawn_figures(monkeypatch, path)
+        assert {"f1-personalized.png", "headline.png", "distribution-accuracy.png"} <= set(figures)
+        for name, fig in figures.items():
+            assert fig.get_figwidth() in (SINGLE_COLUMN, DOUBLE_COLUMN), name
+            assert overlapping_labels(fig) == [], name
+        labels = [t.get_text() for t in figures["f1-personalized.png"].axes[0].get_xticklabels()]
+        assert labels[:6] == HAPT_NAMES and len(labels) == 12
+
+
+def test_long_labels_are_turned_only_when_they_would_touch():
+    """Drawn flat in a single column, UCI HAPT's six names touch (the check sees it); turned by
+    fit_tick_labels they do not. Four short names stay flat."""
+    from fedwear.report.plots import _new_figure
+    from fedwear.report.style import fit_tick_labels, overlapping_labels, paper_style
+
+    with paper_style():
+        for names, turned in ((HAPT_NAMES, True), (["a", "b", "c", "d"], False)):
+            fig = _new_figure(3.5, 3.0)
+            ax = fig.add_subplot()
+            ax.set_xticks(range(len(names)), names)
+            fig.canvas.draw()
+            assert bool(overlapping_labels(fig)) == turned
+            fit_tick_labels(ax)
+            fig.canvas.draw()
+            assert overlapping_labels(fig) == []
+            assert {t.get_rotation() for t in ax.get_xticklabels()} == ({45.0} if turned else {0.0})
+
+
+def test_captions_are_short_and_the_notes_are_in_one_block(run_page, compare_page):
+    """Every caption within two lines (MAX_CAPTION characters); the reading notes of every
+    figure in the page's one "How to read" block, each linked to its figure."""
+    from fedwear.report.plots import MAX_CAPTION
+
+    for page in (run_page, compare_page):
+        text = html.unescape(page.read_text())
+        figures = re.findall(r"<figcaption><b>([^<]+)</b>: (.*?)</figcaption>", text)
+        assert figures and all(len(caption) <= MAX_CAPTION for _, caption in figures)
+        assert text.count('<details class="how">') == 1
+        notes = re.findall(r'<dt><a href="#([^"]+)">', text)
+        assert sorted(notes) == sorted(file for file, _ in figures)
+
+
+def test_headlines_draw_coinciding_views_once_and_a_run_s_clients(monkeypatch, compare_dir):
+    """A comparison's headline: FedAvg's global view is its personalized one, and Local has no
+    global view, so no global group; the personalized group says so. A single run's headline:
+    per view, its clients as points and its mean over them as a line with the value above."""
+    figures = drawn_figures(monkeypatch, compare_dir)
+    ticks = [t.get_text() for t in figures["headline.png"].axes[0].get_xticklabels()]
+    assert ticks == ["personalized\n(= global for fedavg)", "generalization", "new_clients"]
+    run = compare_dir / "fedavg-s0"
+    figures = drawn_figures(monkeypatch, run)
+    ax = figures["headline.png"].axes[0]
+    summary = json.loads((run / "summary.json").read_text())
+    metrics = pd.read_csv(run / "metrics.csv")
+    final = metrics[(metrics["round"] == summary["final_round"]) & (metrics["split"] == "test")]
+    views = ["personalized", "generalization", "new_clients"]
+    counts = [int((final["view"] == v).sum()) for v in views]
+    names = ["personalized\n(= global for fedavg)", "generalization", "new_clients"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [f"{v}\nn = {k}" for v, k in zip(names, counts, strict=True)]
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert sum(len(c.get_offsets()) for c in points) == sum(counts)
+    means = [float(t.get_text()) for t in ax.texts]
+    assert means == pytest.approx([100 * summary["final"][v]["accuracy"] for v in views], abs=0.005)

@@ -4,7 +4,6 @@ and classification reports left as they were."""
 
 from __future__ import annotations
 
-import html
 import importlib
 import re
 import shutil
@@ -31,7 +30,7 @@ from fedwear.report.forecast import client_forecast, forecast_figure
 from fedwear.report.prototypes import encoder_features, sample
 from fedwear.report.rundir import load
 from fedwear.report.units import axis_label, units_note
-from tests.helpers import tiny_config, tiny_regression_config
+from tests.helpers import figure_texts, tiny_config, tiny_regression_config
 
 PCFEDH = {"pcl_rounds": 1, "clusters": 2, "per_cluster": 2, "encoder_epochs": 1, "crop_margin": 4}
 WINDOWS = 60  # --tsne-windows in these tests (the default, 500, takes longer)
@@ -59,10 +58,7 @@ def page(cmp) -> Path:
     return cmp / "report" / "index.html"
 
 
-def captions(index: Path) -> dict[str, str]:
-    text = index.read_text()
-    return {m.group(1): html.unescape(m.group(2)) for m in
-            re.finditer(r"<figcaption><b>([^<]*)</b>: (.*?)</figcaption>", text)}
+captions = figure_texts
 
 
 def restored(run_dir: Path) -> Restored:
@@ -72,6 +68,7 @@ def restored(run_dir: Path) -> Restored:
 
 
 # ---- the figures ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_writes_both_figures(page):
     out = page.parent
     text = page.read_text()
@@ -141,6 +138,7 @@ def test_predicted_series_is_the_personal_predictor(cmp, which):
         assert fc.logged[k] == row[k]
 
 
+@pytest.mark.slow
 def test_client_option(cmp, tmp_path):
     data = restored(cmp / "fedprox-s0").data
     last = data.clients[-1].client_id
@@ -180,6 +178,7 @@ def test_tsne_features_are_the_encoders(cmp):
     assert encoder_features(restored(cmp / "fedprox-s0")) is None  # no encoder: no figure
 
 
+@pytest.mark.slow
 def test_run_without_checkpoint_is_skipped(cmp, tmp_path):
     run = tmp_path / "pcfedh-s0"
     shutil.copytree(cmp / "pcfedh-s0", run, ignore=shutil.ignore_patterns("report"))
@@ -191,6 +190,7 @@ def test_run_without_checkpoint_is_skipped(cmp, tmp_path):
     assert "skipped pcfedh seed 0: no checkpoint.npz" in caps["prototypes-pcfedh-s0.png"]
 
 
+@pytest.mark.slow
 def test_missing_data_folder(cmp, tmp_path):
     """Without --root a missing data folder skips the figures; a wrong --root is an error."""
     run = tmp_path / "run"
@@ -206,6 +206,7 @@ def test_missing_data_folder(cmp, tmp_path):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "elsewhere" in err
 
 
+@pytest.mark.slow
 def test_no_forecast_loads_nothing(cmp, tmp_path, monkeypatch):
     from fedwear.report import embeddings
 
@@ -230,10 +231,12 @@ def test_embeddings_of_a_regression_run_are_coloured_by_client(cmp, tmp_path):
     assert isinstance(e, Embeddings) and e.colour == "client"
     assert [e.class_names[k] for k in e.y] == e.client.tolist()
     plot = embedding_plot(load(cmp).runs, tmp_path)
-    assert "Regression runs (a forecast target has no class): colour: the client." in plot.caption
-    assert "Skipped" not in plot.caption
+    assert "coloured by the client" in plot.caption
+    assert "Regression runs (a forecast target has no class): colour: the client." in plot.notes
+    assert "Skipped" not in plot.text
 
 
+@pytest.mark.slow
 def test_units_of_a_regression_report(page):
     assert axis_label("mse") == "MSE (bpm²)" and axis_label("mae") == "MAE (bpm)"
     assert axis_label("mape") == "MAPE (%)" and axis_label("accuracy") == "accuracy (%)"
@@ -247,12 +250,13 @@ def test_units_of_a_regression_report(page):
             "headline.png", "cost.png"} <= names
     assert "distribution-n_train.png" not in names  # a window count, not a metric
     assert not any(n.startswith(("confusion-", "f1-")) for n in names)  # no classes
-    curves = text.split('id="curves.png"')[1].split("</figure>")[0]
+    curves = captions(page)["curves.png"]
     assert "Naive forecasts (grey)" in curves and "from 0 to the highest value + 10 %" in curves
     views = re.findall(r'<td class="l">(personalized|last_value|client_mean)</td>', text)
     assert views[:3] == ["personalized", "last_value", "client_mean"]  # the tables' order
 
 
+@pytest.mark.slow
 def test_classification_report_has_no_forecast_figures(tmp_path, monkeypatch):
     """A classification run's report: the same figures as before (and nothing of the regression
     modules runs)."""

@@ -95,6 +95,7 @@ def test_seeds_add_runs_and_the_file_keeps_every_seed_of_the_table(table, tmp_pa
     assert "--seeds 5 --methods fedavg" in text
 
 
+@pytest.mark.slow
 def test_overwrite_starts_the_selected_runs_again_and_only_those(table, tmp_path):
     out, results = tmp_path / "runs", tmp_path / "results.md"
     args = ["reproduce", "tiny:t", "--out", str(out), "--results", str(results), "--quiet"]

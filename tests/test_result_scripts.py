@@ -22,6 +22,7 @@ def write_metrics(run: Path, rows: list[tuple]) -> None:
     (run / "metrics.csv").write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_eval_rounds_weights_clients_by_test_windows(tmp_path):
     write_metrics(
         tmp_path / "r",
@@ -41,6 +42,7 @@ def test_eval_rounds_weights_clients_by_test_windows(tmp_path):
     assert "| 20 | 25.00 | 75.00 |" in out.stdout
 
 
+@pytest.mark.slow
 def test_eval_rounds_names_a_missing_folder(tmp_path):
     out = run_script("eval_rounds.py", str(tmp_path / "nope"), "--views", "x")
     assert out.returncode != 0
@@ -71,6 +73,7 @@ def test_seed_means_names_an_unfinished_run(tmp_path):
     assert "m-s0/summary.json: missing" in out.stderr
 
 
+@pytest.mark.slow
 def test_claim_breakdown_shows_a_verdict_by_seed_and_client():
     out = run_script("claim_breakdown.py", "fedmat-beats-ablations")
     assert out.returncode == 0, out.stderr

@@ -89,7 +89,7 @@ def test_combinations_that_do_not_compose_are_one_line(sets, says):
         tiny_config(**sets)
 
 
+@pytest.mark.extra("flower")
 def test_a_norm_bound_composes_with_central_dp(tmp_path):
-    pytest.importorskip("flwr")
     res = fedwear.run(tiny_config(rounds=1, **{"robust.norm_bound": 0.5, "privacy.dp": "central"}), tmp_path)
     assert np.isfinite(res.metrics["accuracy"]).all()

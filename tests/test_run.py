@@ -83,6 +83,7 @@ def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
     assert resumed.summary["final"] == full.summary["final"]
 
 
+@pytest.mark.slow
 def test_resume_after_kill_equals_uninterrupted(tmp_path):
     """A real SIGKILL of `fedwear run` mid-run, then --resume."""
     cfg_path = tmp_path / "cfg.yaml"

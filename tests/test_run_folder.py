@@ -68,6 +68,7 @@ def test_a_run_writes_the_marker(tmp_path):
     assert not (tmp_path / "run" / rundir.LOCK).exists()  # the lock goes with its holder
 
 
+@pytest.mark.slow
 def test_a_users_folder_is_never_taken_for_a_run(tmp_path):
     """`fedwear run myexp/config.yaml --out myexp --overwrite` (what the error used to suggest)
     removed myexp/report/ and replaced the user's commented config."""
@@ -94,6 +95,7 @@ def test_overwrite_removes_only_what_fedwear_wrote(tmp_path):
     assert json.loads((out / "summary.json").read_text())["seed"] == 1
 
 
+@pytest.mark.slow
 def test_overwrite_removes_only_fedwear_s_files_inside_its_subfolders(tmp_path):
     """report/, client_states/ and tensorboard/ are fedwear's folders, but a user may keep a file
     in one: it stays, and so does its folder; a folder left empty goes."""
@@ -114,6 +116,7 @@ def test_overwrite_removes_only_fedwear_s_files_inside_its_subfolders(tmp_path):
     assert not (out / "client_states").exists()
 
 
+@pytest.mark.slow
 def test_an_old_run_folder_is_refused_until_upgraded(tmp_path):
     """A folder of format 1 (no marker, hashes that counted threads) is named as such; `fedwear
     upgrade` adopts it, and a finished one is then reused as it is."""
@@ -146,6 +149,7 @@ def test_a_refused_start_leaves_no_folder_behind(tmp_path):
 # --- one writer ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_the_first_runs_on(tmp_path):
     cfg_path = slow_config_file(tmp_path, rounds=2000)
     out = tmp_path / "run"
@@ -176,6 +180,7 @@ def test_the_lock_excludes_within_one_process_too(tmp_path):
         fedwear.run(tiny_config(), tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_grid_workers_end_when_their_parent_is_killed(tmp_path):
     cfg_path = slow_config_file(tmp_path, rounds=400)
     root = tmp_path / "cmp"
@@ -202,6 +207,7 @@ def test_grid_workers_end_when_their_parent_is_killed(tmp_path):
 # --- interrupts ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_finishes_the_round_checkpoints_it_and_says_so(tmp_path):
     cfg_path = slow_config_file(tmp_path, checkpoint_every=1000)
     out = tmp_path / "run"
@@ -220,6 +226,7 @@ def test_ctrl_c_finishes_the_round_checkpoints_it_and_says_so(tmp_path):
     assert (out / "metrics.csv").read_bytes() == (full.out_dir / "metrics.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_an_interrupt_without_checkpoints_says_nothing_can_be_resumed(tmp_path):
     cfg_path = slow_config_file(tmp_path, checkpoint_every=0)
     out = tmp_path / "run"
@@ -239,6 +246,7 @@ def test_an_interrupt_mid_round_names_the_last_checkpoint(tmp_path):
 # --- warnings --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quiet_hides_progress_never_warnings(tmp_path):
     """A warning while the data loads (before run.log opens) reaches stderr with --quiet, and
     run.log and summary.json's count."""
@@ -282,6 +290,7 @@ def test_warnings_of_a_cached_dataset_are_given_again(tmp_path, caplog):
 # --- grids and resume ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_grid_restarts_only_the_runs_with_nothing_to_resume(tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(dump_config(tiny_config(checkpoint_every=10)))
@@ -333,6 +342,7 @@ class Payload:
         return os.system, (f"touch {self.marker}",)
 
 
+@pytest.mark.slow
 def test_no_command_executes_a_crafted_pickle_in_a_run_folder(tmp_path):
     """Pickles wherever a run folder holds state: the checkpoint under its old and new names and
     the client states; every command that reads a run folder is tried on it."""
@@ -366,6 +376,7 @@ def test_no_command_executes_a_crafted_pickle_in_a_run_folder(tmp_path):
         assert not marker.exists(), f"`fedwear {' '.join(args)}` ran the pickle"
 
 
+@pytest.mark.slow
 def test_a_typo_in_compare_methods_names_the_option_typed(tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(dump_config(tiny_config()))
@@ -405,6 +416,7 @@ def test_a_lock_that_is_a_fifo_or_a_folder_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["config.yaml", "metrics.csv", "run.log", "checkpoint.tmp", "client_states",
                                   "report"])
+@pytest.mark.slow
 def test_resume_refuses_a_run_folder_holding_a_link_and_nothing_outside_changes(tmp_path, name):
     """A run folder handed over with one of its files (or folders) a link to something outside:
     --resume is refused in one line before anything is written, and the target is unchanged."""
@@ -431,6 +443,7 @@ def test_resume_refuses_a_run_folder_holding_a_link_and_nothing_outside_changes(
     assert after == before
 
 
+@pytest.mark.slow
 def test_the_report_refuses_a_report_folder_that_is_a_link(tmp_path):
     out = tmp_path / "run"
     fedwear.run(tiny_config(rounds=1), out, quiet=True)
@@ -441,6 +454,7 @@ def test_the_report_refuses_a_report_folder_that_is_a_link(tmp_path):
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_second_comparison_into_the_same_folder_is_refused_at_once_and_the_first_writes_its_table(tmp_path):
     """Both used to fail without a table: the refused one kept running its queued runs into the
     first one's folders."""
@@ -460,6 +474,7 @@ def test_a_second_comparison_into_the_same_folder_is_refused_at_once_and_the_fir
     assert not (root / rundir.LOCK).exists()
 
 
+@pytest.mark.slow
 def test_a_worker_s_warnings_reach_stderr_named_by_their_run_folder(tmp_path):
     cfg_path = slow_config_file(tmp_path, rounds=2, clients_per_round=100)
     root = tmp_path / "cmp"
@@ -469,6 +484,7 @@ def test_a_worker_s_warnings_reach_stderr_named_by_their_run_folder(tmp_path):
         assert f"{root / name}: WARNING: clients_per_round=100, but there are only 6 training clients" in res.stderr
 
 
+@pytest.mark.slow
 def test_a_fifo_in_a_run_folder_is_refused_at_once(tmp_path):
     """A FIFO named metrics.csv blocked --resume forever (the first read never returns)."""
     cfg = tiny_config(rounds=2)

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_extra
 from tests.test_cluster import CONFIG, assert_equals_local_grid, free_port, local_grid
 
-pytest.importorskip("submitit", reason="the cluster extra: pip install 'fedwear[cluster]'")
+pytestmark = pytest.mark.extra("cluster")
+needs_extra("cluster")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 missing = [d for d in DAEMONS if shutil.which(d, path=SBIN) is None]

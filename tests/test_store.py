@@ -75,6 +75,7 @@ def test_disk_store_keeps_records_exactly_and_never_rewrites_a_checkpointed_file
 
 @pytest.mark.parametrize(("method", "sets"), [("fedavg", {"optimizer.persist": True}), ("fedrep", {}),
                                              ("local", {}), ("fedavg", {"engine": "batched"})])
+@pytest.mark.slow
 def test_disk_and_memory_stores_give_identical_runs(tmp_path, method, sets):
     runs = {kind: fedwear.run(tiny_config(method=method, client_states=kind, **sets), tmp_path / kind)
             for kind in ("memory", "disk")}
@@ -149,6 +150,7 @@ class Peak(Callback):
 
 
 @pytest.mark.parametrize("kind", ["memory", "disk"])
+@pytest.mark.slow
 def test_disk_store_holds_at_most_a_rounds_clients_in_memory(tmp_path, kind):
     cfg = tiny_config(rounds=4, clients_per_round=5, local_epochs=1, client_states=kind, checkpoint_every=2,
                       **{"optimizer.persist": True, "dataset.synthetic.num_subjects": 302,

@@ -102,10 +102,10 @@ class Kill(Callback):
             self.grid.dead.add(self.node)
 
 
+@pytest.mark.extra("flower")
 def test_a_node_killed_after_round_1_is_named_in_the_final_views(tmp_path, caplog):
     """The Flower engine's server side (a deployment's) on an in-process grid: a client whose node
     dies after round 1 is recorded as no reply and named missing from the final views."""
-    pytest.importorskip("flwr")
     from fedwear.callbacks import CsvSink
     from fedwear.engines.flower import GridExecutor, make_sim_client_app
     from fedwear.engines.runner import Runner

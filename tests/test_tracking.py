@@ -15,10 +15,11 @@ from fedwear.config import load_config
 from fedwear.engines.runner import Callback
 from fedwear.errors import ConfigError
 from fedwear.summary import aggregate_metrics
+from tests.conftest import needs_extra
 from tests.helpers import tiny_config
 
-pytest.importorskip("mlflow", reason="the tracking extra: pip install 'fedwear[tracking]'")
-pytest.importorskip("tensorboard", reason="the tracking extra: pip install 'fedwear[tracking]'")
+pytestmark = pytest.mark.extra("tracking")
+needs_extra("tracking")
 
 
 class Interrupt(Callback):

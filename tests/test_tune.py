@@ -18,8 +18,12 @@ from fedwear.cli import app
 from fedwear.config import load_config
 from fedwear.data import load_federated
 from fedwear.errors import ConfigError
+from tests.conftest import needs_extra
 
-optuna = pytest.importorskip("optuna", reason="the tune extra: pip install 'fedwear[tune]'")
+pytestmark = pytest.mark.extra("tune")
+needs_extra("tune")
+import optuna  # noqa: E402
+
 from fedwear import tune  # noqa: E402
 
 CONFIG = {

@@ -1,4 +1,4 @@
-"""Python API: ``fedwear.run(config) -> Result``."""
+"""Python API: ``fedwear.run(config) -> Result`` (compare and report: :mod:`fedwear.commands`)."""
 
 from __future__ import annotations
 

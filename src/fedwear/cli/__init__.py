@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -98,19 +97,16 @@ def compare(
     ray_address: RayAddressOpt = None,
     slurm: SlurmOpt = None,
     test_against: Annotated[str | None, typer.Option(help="a method of --methods: test each other method against "
-                                                          "it on evaluation.best_metric, paired by (seed, client) "
-                                                          "and averaged per client over the seeds (Wilcoxon, "
-                                                          "Holm-corrected; bootstrap interval)")] = None,
+                                                          "it on evaluation.best_metric, paired by (seed, client): "
+                                                          "a t test whose variance holds the seeds and the "
+                                                          "clients, Holm-corrected, with its 95% interval")] = None,
 ) -> None:
     """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV).
 
     Into an existing folder, finished runs of the same config are reused and unfinished ones
     resume from their checkpoints, so an interrupted comparison continues with the same command.
     """
-    from fedwear.compare import run_grid
-    from fedwear.config import load_config
-    from fedwear.report.tables import comparison_table
-    from fedwear.rundir import RunLock
+    from fedwear.commands import compare as run_comparison
 
     console_logging()
     try:
@@ -124,39 +120,17 @@ def compare(
         if test_against is not None and test_against not in names:
             raise FedwearError(f"--test-against {test_against!r} is not one of --methods ({', '.join(names)}): "
                                "name the reference among them")
-        seed_list = parse_seeds("--seeds", seeds)
-        base = load_config(config, set_ or [])
-        root = out or Path("runs") / f"compare-{Path(config).stem}"
-        if root.exists() and not root.is_dir():
-            raise FedwearError(f"{root} is a file, not a folder: pass --out with a folder path")
-        threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
-        runs = []
-        for name in names:
-            for seed in seed_list:
-                sets = [*(set_ or []), f"method={name}", f"seed={seed}"]
-                if threads and base.threads is None:
-                    sets.append(f"threads={threads}")
-                runs.append((name, load_config(config, sets), root / f"{name}-s{seed}"))  # all validated first
-        with RunLock(root):  # a second comparison into this folder is refused before it starts anything
-            done = run_grid(runs, jobs, overwrite, quiet, on_done=_announce if jobs > 1 or executor != "local" else None,
-                            executor=executor, address=ray_address, slurm=slurm_options)
-            summaries = {name: [done[where] for n, _, where in runs if n == name] for name in names}
-            tests = None
-            if test_against is not None:
-                from fedwear.reproduce.claims import tests_against
-
-                tests = tests_against({name: [(done[where], where) for n, _, where in runs if n == name]
-                                       for name in names}, test_against, select, base)
-            md, frame = comparison_table(summaries, select, base, tests)
-            (root / "table.md").write_text(md + "\n")
-            frame.to_csv(root / "table.csv", index=False)
+        result = run_comparison(config, names, parse_seeds("--seeds", seeds), out, set_ or [], jobs, select,
+                                test_against, overwrite, quiet, executor, ray_address, slurm_options,
+                                on_done=_announce if jobs > 1 or executor != "local" else None)
     except FedwearError as e:
         fail(e)
     except KeyboardInterrupt as e:
         interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
-    typer.echo(md)
-    typer.echo(f"\ntable: {root / 'table.md'} and {root / 'table.csv'}")
-    _exit_on_failed_rounds({str(where): s for where, s in done.items()})
+    typer.echo(result.markdown)
+    typer.echo(f"\ntable: {result.out_dir / 'table.md'} and {result.out_dir / 'table.csv'}")
+    _exit_on_failed_rounds({f"{result.out_dir / name}-s{s['seed']}": s
+                            for name, runs in result.summaries.items() for s in runs})
 
 
 def upgrade(

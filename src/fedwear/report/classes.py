@@ -21,6 +21,7 @@ from fedwear.config import METRICS
 from fedwear.evaluation.metrics import per_class_f1
 from fedwear.report.plots import Groups, Plot, _new_figure, _save, colors, flat, n_seeds, set_range
 from fedwear.report.rundir import Run
+from fedwear.report.style import fit_tick_labels
 from fedwear.report.tables import ordered_views
 
 #: The views drawn (HAR papers' figure: the clients' own models, and new clients after adaptation).
@@ -157,9 +158,9 @@ def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: 
                                 color="white" if pct[t, p] > 55 else "black")
         ax.set_xticks(range(q), names, rotation=90, fontsize=font + 0.5)
         ax.set_yticks(range(q), names, fontsize=font + 0.5)
-        ax.set_xlabel("predicted class", fontsize=8)
-        ax.set_ylabel("true class", fontsize=8)
-        ax.set_title(f"{method}: {view}\n{int(total.sum())} windows, {n_seeds(len(rs))}", fontsize=8.5)
+        ax.set_xlabel("predicted class")
+        ax.set_ylabel("true class")
+        ax.set_title(f"{method}: {view}\n{int(total.sum())} windows, {n_seeds(len(rs))}")
     for idx in range(n, nrows * ncols):
         axes[idx // ncols, idx % ncols].set_axis_off()
     if image is not None:
@@ -172,7 +173,9 @@ def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: 
                "then each row divided by its total (rows sum to 100 %; grey: a class with no test window). "
                f"Colour scale fixed at 0-100 %. Runs: {_used(chosen)}."
                + (f" Left out: {note}." if note else ""))
-    return Plot(file, f"confusion: {base}", caption, "classes")
+    short = (f"Confusion matrices, {base} view, test split, pooled over clients and seeds; each row (true class) "
+             "sums to 100 %.")
+    return Plot(file, f"confusion: {base}", short, "classes", notes=caption)
 
 
 def _f1_plot(base: str, chosen: dict, names: list[str], groups: Groups, out: Path, note: str | None) -> Plot:
@@ -198,13 +201,14 @@ def _f1_plot(base: str, chosen: dict, names: list[str], groups: Groups, out: Pat
         macro = float(np.mean(mean[ok])) if ok.any() else float("nan")
         labels.append(f"{method} ({view}; mean over classes {macro:.1f})")
     set_range(ax, 0.0, 100.0)
-    ax.set_xticks(range(q), names, rotation=45 if q > 6 else 0, ha="right" if q > 6 else "center", fontsize=8)
+    ax.set_xticks(range(q), names)
     ax.set_xlim(-0.6, q - 0.4)
     ax.set_ylabel("F1 (%)")
     ax.grid(axis="y", alpha=0.3, zorder=0)
-    ax.set_title(f"per-class F1, {base} view", fontsize=10)
+    ax.set_title(f"per-class F1, {base} view")
     handles = [Patch(color=col[m]) for m in chosen]
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(k, 2), frameon=False, fontsize=8)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(k, 2), frameon=False)
+    fit_tick_labels(ax)
     file = f"f1-{base}.png"
     _save(fig, out, file)
     spread = ("bar: the mean over seeds; dots: each seed" if any(len(m) > 1 for _, m, _ in chosen.values())
@@ -214,4 +218,5 @@ def _f1_plot(base: str, chosen: dict, names: list[str], groups: Groups, out: Pat
                "that seed's confusion.csv counts pooled over all clients (not the mean of per-client F1, so it "
                f"differs from metrics.csv's macro_f1); {spread}; a class with no window, true or predicted, has "
                f"no bar. y axis fixed at 0-100 %. Runs: {_used(chosen)}." + (f" Left out: {note}." if note else ""))
-    return Plot(file, f"per-class F1: {base}", caption, "classes")
+    short = f"Per-class F1, {base} view, test split, from the confusion counts pooled over clients."
+    return Plot(file, f"per-class F1: {base}", short, "classes", notes=caption)

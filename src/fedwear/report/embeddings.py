@@ -390,9 +390,9 @@ def _why_not_tsne(e: Embeddings) -> str | None:
 
 def draw_skipped(ax, title: str, reason: str, width: int = 34) -> None:
     """An empty panel titled ``title`` that says why it has nothing to show."""
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title)
     ax.text(0.5, 0.5, "skipped:\n" + textwrap.fill(reason, width), ha="center", va="center",
-            fontsize=8, color="#555", transform=ax.transAxes)
+            color="#555", transform=ax.transAxes)
 
 
 def _saved_panels(out: Path) -> dict[tuple[str, str], Panel]:
@@ -462,16 +462,18 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
         colors = [_class_color(int(k), n_classes) for k in r.y]
         ax.scatter(r.xy[:, 0], r.xy[:, 1], s=3, c=colors, linewidths=0, alpha=0.8)
         ax.set_title(f"{method} (seed {r.seed}, round {r.round})\n{len(r.clients)} clients, "
-                     f"{len(r.xy)} test windows", fontsize=9)
+                     f"{len(r.xy)} test windows")
     if n_classes:
         handles = [Line2D([], [], ls="", marker="o", markersize=5, color=_class_color(k, n_classes))
                    for k in range(n_classes)]
         labels = [f"{k}: {names[k]}" if k < len(names) and names[k] != str(k) else str(k)
                   for k in range(n_classes)]
-        fig.legend(handles, labels, loc="outside lower center", frameon=False, fontsize=8,
-                   ncol=min(n_classes, 6, 2 * cols), title=legend, title_fontsize=8)
+        fig.legend(handles, labels, loc="outside lower center", frameon=False,
+                   ncol=min(n_classes, 6, 2 * cols), title=legend)
     _save(fig, out, FILE)
-    return Plot(FILE, "t-SNE of body embeddings", caption(results), "embeddings")
+    by = "the client" if legend == "client" else "true class"
+    return Plot(FILE, "t-SNE of body embeddings", "t-SNE of each method's body embeddings of test windows, "
+                f"coloured by {by} (ProtoHAR Fig. 4).", "embeddings", notes=caption(results))
 
 
 def round_note(round: int, final_round: object) -> str:

@@ -173,16 +173,13 @@ def forecast_figure(fc: Forecast | Skipped, color: str = "C1") -> Figure:
         ax.plot(tt, true, color="black", lw=1.0, label="true")
         ax.plot(tt, pred, color=color, lw=1.0, label=f"{fc.method} (predicted)")
         mae = regression_metrics(fc.true_bpm[sel], fc.pred_bpm[sel])["mae"]
-        ax.set_title(f"recording {rec}: {int(sel.sum())} test windows, MAE {mae:.3g} bpm",
-                     fontsize=9)
-        ax.set_xlabel("time (s)", fontsize=8)
-        ax.set_ylabel("heart rate (bpm)", fontsize=8)
+        ax.set_title(f"recording {rec}: {int(sel.sum())} test windows, MAE {mae:.3g} bpm")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("heart rate (bpm)")
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=8)
-    fig.suptitle(f"{fc.method} (seed {fc.seed}, round {fc.round}): client {fc.client}",
-                 fontsize=10)
+    fig.suptitle(f"{fc.method} (seed {fc.seed}, round {fc.round}): client {fc.client}")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False, fontsize=9)
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False)
     return fig
 
 
@@ -195,7 +192,9 @@ def forecast_plot(run: Run, fc: Forecast | Skipped, out: Path, color: str = "C1"
     file = file_name(run)
     _save(forecast_figure(fc, color), out, file)
     title = f"heart rate over time: {run.name} seed {run.seed}"
-    return Plot(file, title, caption(fc), "forecast")
+    short = (f"Predicted and true heart rate over time, one client, {run.name} seed {run.seed} "
+             "(PCFedH Fig. 4).")
+    return Plot(file, title, short, "forecast", notes=caption(fc))
 
 
 def _numbers(values: dict[str, float]) -> str:

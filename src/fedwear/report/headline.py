@@ -3,7 +3,7 @@ seeds with each seed shown, the reference method marked, and the paper's number 
 where the comparison belongs to a registered paper table.
 
 Which paper table a folder belongs to is decided above this layer (``fedwear report``'s command,
-``fedwear.cli.report.paper_numbers``, which reads ``fedwear.reproduce``); it arrives here as
+``fedwear.commands.paper_numbers``, which reads ``fedwear.reproduce``); it arrives here as
 :class:`PaperNumbers`.
 """
 
@@ -22,8 +22,10 @@ from fedwear.report.plots import (
     Plot,
     _new_figure,
     _save,
+    also_text,
     axis_range,
     colors,
+    final_rows,
     flat,
     main_metric,
     n_seeds,
@@ -36,6 +38,7 @@ from fedwear.report.plots import (
     weighted,
 )
 from fedwear.report.rundir import unlike_seeds
+from fedwear.report.style import fit_tick_labels
 from fedwear.report.units import NAMES, axis_label, fmt, scale
 
 
@@ -90,15 +93,21 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
     %, else from 0. None when no run evaluated a round."""
     paper = paper or NO_PAPER
     _, metric = main_metric(groups)
-    views = [v for v in views_of(groups) if any(len(_values(rs, v, metric)) for rs in groups.values())]
+    # a view that is the same model as an earlier one (FedAvg's global and personalized) is drawn once
+    same = {m: same_model_views(rs) for m, rs in groups.items()}
+    views = [v for v in views_of(groups) if any(len(_values(rs, v, metric)) and v not in same[m]
+                                                 for m, rs in groups.items())]
     if not views:
         return None
+    if len(flat(groups)) == 1:
+        return _run_headline(flat(groups)[0], out, metric, views, same, paper)
     ref = reference_of(groups, reference)
     col = colors(groups)
     methods = list(groups)
     # per view, the methods with a value or a paper number there, centred in the view's slot
-    present = {v: [m for m in methods if len(_values(groups[m], v, metric))
-                   or (v, metric) in paper.values.get(m, {})] for v in views}
+    present = {v: [m for m in methods if v not in same[m] and (len(_values(groups[m], v, metric))
+                                                               or (v, metric) in paper.values.get(m, {}))]
+               for v in views}
     k = max(len(p) for p in present.values())
     factor = scale(metric)
     width = 0.8 / k
@@ -150,7 +159,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
             ax.text(x, y, fmt(metric, float(vals.mean())), rotation=90, ha="center", va="bottom", fontsize=7,
                     color="white" if tall and _dark(col[method]) else "black", fontweight="bold" if tall else "normal",
                     zorder=6)
-    ax.set_xticks(range(len(views)), views, fontsize=9)
+    ax.set_xticks(range(len(views)), [v + also_text(v, same).replace(" (", "\n(") for v in views])
     ax.set_xlim(-0.5, len(views) - 0.5)
     ax.set_ylabel(axis_label(metric))
     ax.grid(axis="y", alpha=0.3, zorder=0)
@@ -158,7 +167,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
     same_n = len(set(counts.values())) == 1
     # the seeds per method are in the legend when they differ: a title listing them all is cut off
     title = f"{NAMES.get(metric, metric)}, final round, test split"
-    ax.set_title(f"{title}; {seeds_n(groups)}" if same_n else title, fontsize=10)
+    ax.set_title(f"{title}; {seeds_n(groups)}" if same_n else title)
     handles = [Patch(facecolor=col[m], edgecolor="black" if m == ref else col[m],
                      hatch="//" if m == ref else None) for m in methods]
     labels = [m + (" (reference)" if m == ref else "") + ("" if same_n else f", n = {n_seeds(counts[m])}")
@@ -168,10 +177,10 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
     if stars:
         handles.append(Line2D([], [], marker="*", color="black", markersize=10, ls="none"))
         labels.append("paper's number")
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), frameon=False, fontsize=8.5)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), frameon=False)
+    fit_tick_labels(ax)
     _save(fig, out, "headline.png")
-    same = same_text({m: {b: a for b, a in same_model_views(rs).items() if b in views}
-                      for m, rs in groups.items()})
+    same = same_text(same)
     naive = [v for v in views if v in NAIVE]
     spread = ("bar: the mean over seeds; dots: each seed; whisker: min..max over seeds"
               if any(n > 1 for n in counts.values()) else "bar: the one seed's value (no spread: n = 1 seed)")
@@ -186,7 +195,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
                       f"No paper number in {NAMES.get(metric, metric)} for these methods and views ({paper.source}).")
     else:
         paper_text = f"No paper number: {paper.none}."
-    caption = (f"{NAMES.get(metric, metric)} at each seed's final round (its last evaluated round), test split, "
+    notes = (f"{NAMES.get(metric, metric)} at each seed's final round (its last evaluated round), test split, "
                f"per seed the {weighted(flat(groups))}; {spread}; {seeds_n(groups)} ({seeds_text(groups)}). "
                f"Reference: {ref} (hatched; dashed line: its value across each view). "
                + (f"Views that are the same model (identical values in every round and client): {same}. "
@@ -196,8 +205,73 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
                "the number on each bar is its mean.")
     unfinished = [run.label for run in flat(groups) if run.unfinished]
     if unfinished:
-        caption += f" Read as far as they got (no summary.json yet): {'; '.join(unfinished)}."
+        notes += f" Read as far as they got (no summary.json yet): {'; '.join(unfinished)}."
     unlike = unlike_seeds(groups)
     if unlike:
-        caption += f" Seeds not alike, so a bar's mean mixes them: {'; '.join(unlike)}."
-    return Plot("headline.png", "headline", caption, "headline")
+        notes += f" Seeds not alike, so a bar's mean mixes them: {'; '.join(unlike)}."
+    short = (f"{NAMES.get(metric, metric)} of each method in each view at the final round, test split; "
+             + ("bar: mean over seeds, dots: seeds" if any(n > 1 for n in counts.values()) else "one seed each")
+             + f"; reference {ref} hatched" + ("; star: the paper's number." if stars else "."))
+    return Plot("headline.png", "headline", short, "headline", notes=notes)
+
+
+def _run_headline(run, out: Path, metric: str, views: list[str], same: dict[str, dict[str, str]],
+                  paper: PaperNumbers) -> Plot:
+    """The headline of one run: per view, each client's value at the final round (a point each,
+    over a box of their quartiles) and the run's mean over clients (a black line, its value
+    printed above), so the views compare side by side with their spread over clients."""
+    factor = scale(metric)
+    col = colors({run.name: [run]})[run.name]
+    fig = _new_figure(1.2 + 0.9 * len(views), 3.0)
+    ax = fig.add_subplot()
+    rng = np.random.default_rng(0)  # the points' jitter: the same every time
+    drawn, counts = [], []
+    for g, view in enumerate(views):
+        clients = final_rows(run, view)[metric].to_numpy(float)
+        clients = clients[~np.isnan(clients)]
+        counts.append(len(clients))
+        if len(clients):
+            box = ax.boxplot([factor * clients], positions=[g], widths=0.5, patch_artist=True, showfliers=False,
+                             medianprops={"visible": False}, whis=(0, 100))
+            for patch in box["boxes"]:
+                patch.set(facecolor=col, alpha=0.2, edgecolor=col)
+            ax.scatter(g + rng.uniform(-0.15, 0.15, len(clients)), factor * clients, s=7, color=col, lw=0,
+                       alpha=0.85, zorder=3)
+            drawn += list(clients)
+        mean = _values([run], view, metric)
+        if len(mean):
+            ax.hlines(factor * mean[0], g - 0.32, g + 0.32, colors="black", lw=1.6, zorder=4)
+            drawn.append(float(mean[0]))
+        want = paper.values.get(run.name, {}).get((view, metric))
+        if want is not None:
+            ax.plot([g + 0.32], [factor * want], marker="*", color="black", markersize=8, ls="none", zorder=5)
+            drawn.append(want)
+    lo, hi, how = axis_range(metric, drawn)
+    set_range(ax, lo, hi)
+    for g, view in enumerate(views):
+        mean = _values([run], view, metric)
+        if len(mean):
+            ax.text(g, factor * mean[0] + 0.015 * (hi - lo), fmt(metric, float(mean[0])), ha="center",
+                    va="bottom", fontweight="bold", zorder=6,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
+    labels = [v + also_text(v, same).replace(" (", "\n(") + f"\nn = {k}" for v, k in zip(views, counts, strict=True)]
+    ax.set_xticks(range(len(views)), labels)
+    ax.set_xlim(-0.5, len(views) - 0.5)
+    ax.set_ylabel(axis_label(metric))
+    ax.grid(axis="y", alpha=0.3, zorder=0)
+    ax.set_title(f"{run.name}, seed {run.seed}: {NAMES.get(metric, metric)}, round {run.summary.get('final_round')}")
+    fit_tick_labels(ax)
+    _save(fig, out, "headline.png")
+    merged = same_text(same)
+    notes = (f"{NAMES.get(metric, metric)} at the run's final round (its last evaluated round), test split: per "
+             f"view, each client's value (points; n clients under the view) over a box of their quartiles, whiskers "
+             f"from the lowest to the highest, and the black line the run's {weighted([run])}, its value printed "
+             "above. "
+             + (f"Views that are the same model (identical values in every round and client), drawn once: "
+                f"{merged}. " if merged else "")
+             + (f"Star: the paper's number ({paper.source}). " if paper.values.get(run.name) else
+                f"No paper number: {paper.none}. " if paper.none else "")
+             + f"y axis {how}.")
+    short = (f"{NAMES.get(metric, metric)} in each view at the final round, test split: each client a point, the "
+             "line the mean over clients.")
+    return Plot("headline.png", "headline", short, "headline", notes=notes)

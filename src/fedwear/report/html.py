@@ -52,6 +52,7 @@ figure { margin: 0; } figure img { width: 100%; height: auto; border: 1px solid 
 figure.wide img { width: auto; max-width: 100%; }
 figcaption { font-size: 0.85em; color: #444; margin-top: 4px; }
 details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
+details.how { font-size: 0.88em; color: #444; max-width: 1100px; } details.how dd { margin: 0 0 8px 16px; }
 p.empty { color: #555; font-style: italic; }
 """
 
@@ -234,6 +235,13 @@ def figures(plots: list[Plot], out: Path, empty: dict[str, str] | None = None,
     return "".join(parts)
 
 
+def how_to_read(plots: list[Plot]) -> str:
+    """The page's one block of reading notes: per figure, how it is made and read."""
+    items = "".join(f'<dt><a href="#{escape(p.file)}">{escape(p.file)}</a></dt><dd>{escape(p.notes)}</dd>'
+                    for p in plots if p.notes)
+    return f'<details class="how"><summary>How to read these figures</summary><dl>{items}</dl></details>' if items else ""
+
+
 def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path,
          empty: dict[str, str] | None = None) -> str:
     """The whole HTML document: the headline figure, the tables, then every other figure;
@@ -244,7 +252,7 @@ def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path,
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{STYLE}</style>"
         f"<script>{SCRIPT}</script></head>\n<body>"
-        f'<h1>{escape(title)}</h1><ul class="meta">{items}</ul>'
+        f'<h1>{escape(title)}</h1><ul class="meta">{items}</ul>{how_to_read(plots)}'
         f"{figures(plots, out, empty, FIRST)}{tables}"
         f"{figures(plots, out, empty, tuple(s for s in SECTIONS if s not in FIRST))}</body></html>\n"
     )

@@ -37,6 +37,7 @@ from fedwear.errors import FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.evaluation.naive import NAIVE
 from fedwear.report.rundir import Run
+from fedwear.report.style import fit_tick_labels, paper_size, paper_style
 from fedwear.report.tables import ordered_views
 from fedwear.report.units import NAMES, axis_label, scale, unit
 
@@ -64,15 +65,33 @@ def weighted(runs: Iterable[Run]) -> str:
     return "weighted mean over clients (weights: each run's evaluation.client_weights)"
 
 
+#: The longest caption, in characters: two lines of a paper's double column at 9 pt (about 100
+#: characters a line). What a reader needs beyond it goes to the figure's ``notes``.
+MAX_CAPTION = 200
+
+
 @dataclass
 class Plot:
-    """One PNG written to the report folder and the text that goes with it."""
+    """One PNG written to the report folder and the text that goes with it: ``caption`` says
+    what it shows in at most :data:`MAX_CAPTION` characters, ``notes`` how to read it exactly
+    (statistics, axes, which runs), for the page's one "How to read" block."""
 
     file: str
     title: str
     caption: str
     section: str
     row: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.caption) > MAX_CAPTION:
+            raise ValueError(f"{self.file}: a caption of {len(self.caption)} characters (at most {MAX_CAPTION}): "
+                             f"{self.caption!r}")
+
+    @property
+    def text(self) -> str:
+        """Caption and notes together."""
+        return f"{self.caption} {self.notes}".strip()
 
 
 def _palette(n: int) -> list:
@@ -98,7 +117,7 @@ def styles(groups: Groups) -> dict[str, dict]:
     marks, n = "osD^vP<>Xp", len(groups)
     palette = _palette(n)
     return {m: {"color": palette[i % len(palette)], "marker": marks[i % 10],
-                "size": 4 + min(2 * (n - 1 - i), 5)} for i, m in enumerate(groups)}
+                "size": 3 + min(1.5 * (n - 1 - i), 3)} for i, m in enumerate(groups)}
 
 
 def views_of(groups: Groups) -> list[str]:
@@ -162,7 +181,9 @@ def main_metric(groups: Groups) -> tuple[str, str]:
 
 
 def _new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    """A figure for content laid out at ``width`` x ``height`` inches, drawn at a paper's column
+    width (:func:`fedwear.report.style.paper_size`)."""
+    fig = Figure(figsize=paper_size(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -175,12 +196,14 @@ _EXTRA_FORMAT: ContextVar[str | None] = ContextVar("report_format", default=None
 
 @contextmanager
 def figure_format(fmt: str) -> Iterator[None]:
-    """Figures saved inside also as ``fmt`` (one of :data:`FORMATS`; ``png``: PNG only)."""
+    """Figures drawn inside in the report's style (:func:`fedwear.report.style.paper_style`) and
+    saved also as ``fmt`` (one of :data:`FORMATS`; ``png``: PNG only)."""
     if fmt not in FORMATS:
         raise FedwearError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     token = _EXTRA_FORMAT.set(None if fmt == "png" else fmt)
     try:
-        yield
+        with paper_style():
+            yield
     finally:
         _EXTRA_FORMAT.reset(token)
 
@@ -310,7 +333,7 @@ def _legend(fig: Figure, ax, groups: Groups, always: bool = False) -> None:
     if labels and (len(groups) > 1 or always):
         ncol = min(len(labels), 4 if max(map(len, labels)) <= 12 else 2)
         fig.legend(handles, labels, loc="outside lower center", ncol=ncol,
-                   frameon=False, fontsize=9)
+                   frameon=False)
 
 
 def _weighted_series(run: Run, view: str, metric: str) -> pd.Series:
@@ -346,6 +369,16 @@ def same_model_views(runs: list[Run]) -> dict[str, str]:
                                     for i in range(len(runs))):
                 out[b] = a
     return out
+
+
+def also_text(view: str, same: dict[str, dict[str, str]]) -> str:
+    """`` (= global for fedavg)`` after ``view`` for the views drawn as ``view`` ('' when none)."""
+    also: dict[str, list[str]] = {}
+    for method, pairs in same.items():
+        for b, a in pairs.items():
+            if a == view:
+                also.setdefault(b, []).append(method)
+    return "".join(f" (= {b} for {', '.join(ms)})" for b, ms in also.items())
 
 
 def same_text(same: dict[str, dict[str, str]]) -> str:
@@ -398,7 +431,6 @@ def curve_plot(groups: Groups, out: Path) -> Plot | None:
         round_axis(ax, rounds)
         ranges.append(f"{NAMES.get(metric, metric)} {how}")
         ax.set(xlabel="round", ylabel=axis_label(metric), title=NAMES.get(metric, metric))
-        ax.title.set_fontsize(10)
         ax.grid(alpha=0.3)
         _thin_markers(ax)
     shown = [v for v in views if v in drawn_views]
@@ -408,29 +440,25 @@ def curve_plot(groups: Groups, out: Path) -> Plot | None:
                if any(v not in NAIVE for v in shown)]
     labels = [m for m in groups if any(v not in NAIVE for v in shown)]
     for view in shown:
-        also: dict[str, list[str]] = {}
-        for m, pairs in same.items():
-            for b, a in pairs.items():
-                if a == view:
-                    also.setdefault(b, []).append(m)
         naive = view in NAIVE
         handles.append(Line2D([], [], color=NAIVE_COLOR if naive else "#333333", ls=line[view], lw=1.6))
-        labels.append(f"{view}" + (" (naive forecast)" if naive else "")
-                      + "".join(f" (= {b} for {', '.join(ms)})" for b, ms in also.items()))
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False, fontsize=8.5)
+        labels.append(f"{view}" + (" (naive forecast)" if naive else "") + also_text(view, same))
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
     _save(fig, out, "curves.png")
     every = weighted(flat(groups))
     spread = (f"line: mean over seeds of each seed's {every}; shaded band: min..max over seeds"
               if multi_seed(groups) else f"one seed: {every}")
     merged = same_text(same)
-    caption = (f"Test split, at each evaluated round, one panel per metric; colour: method, line style: "
+    notes = (f"Test split, at each evaluated round, one panel per metric; colour: method, line style: "
                f"view; {spread} ({seeds_text(groups)}; {seeds_n(groups)}). "
                + (f"Drawn once where two views are the same model (identical values in every round "
                   f"and client): {merged}. " if merged else "")
                + (f"Naive forecasts (grey) from {naive_from}'s runs: they depend on the data only. "
                   if naive_from else "")
                + f"y axes: {'; '.join(ranges)}.")
-    return Plot("curves.png", "metrics per round", caption, "curves")
+    short = (f"{', '.join(NAMES.get(m, m) for m in metrics)} at each evaluated round, test split; colour: method, "
+             f"line style: view" + ("; band: min..max over seeds." if multi_seed(groups) else "."))
+    return Plot("curves.png", "metrics per round", short, "curves", notes=notes)
 
 
 # ---- per-client distributions -------------------------------------------------------------------
@@ -457,11 +485,14 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
     of a regression run get one box (the same for every method)."""
     plots, col = [], colors(groups)
     views = views_of(groups)
+    same = {m: same_model_views(rs) for m, rs in groups.items()}
     for metric in metrics_of(groups):
         panels: dict[str, dict[str, tuple[np.ndarray, float]]] = {}
         for view in views:
             per_method = {}
             for method, runs in groups.items():
+                if view in same[method]:  # the same model as an earlier view: drawn there once
+                    continue
                 seeds = [final_rows(r, view)[metric].to_numpy(float) if metric in r.metrics else np.zeros(0)
                          for r in runs]
                 seeds = [s[~np.isnan(s)] for s in seeds]
@@ -496,19 +527,21 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
                 ax.plot([i - 0.32, i + 0.32], [factor * worst] * 2, color="#d62728", lw=2.2, zorder=4)
             labels = ([f"naive\nn = {len(per_method[names[0]][0])}"] if view in NAIVE else
                       [f"{m}\nn = {len(per_method[m][0])}" for m in names])
-            ax.set_xticks(range(len(names)), labels, fontsize=7.5, rotation=30 if len(names) > 4 else 0)
+            ax.set_xticks(range(len(names)), labels)
             ax.set_xlim(-0.6, len(names) - 0.4)
-            ax.set_title(view, fontsize=9.5)
+            ax.set_title(view + also_text(view, same))
             ax.grid(axis="y", alpha=0.3)
             if factor == 100.0:
                 set_range(ax, lo, hi)
             else:  # errors: each view on its own scale from 0 (the naive forecasts' are larger)
                 vlo, vhi, _ = axis_range(metric, [v for vals, w in per_method.values() for v in (*vals, w)])
                 set_range(ax, vlo, vhi)
-        axes[0].set_ylabel(axis_label(metric), fontsize=9)
+        axes[0].set_ylabel(axis_label(metric))
         fig.legend([Line2D([], [], color="#d62728", lw=2.2), Line2D([], [], color="black", lw=1.2)],
                    ["worst decile: mean of the worst 10 % of clients (mean over seeds)", "median"],
-                   loc="outside lower center", ncol=2, frameon=False, fontsize=8.5)
+                   loc="outside lower center", ncol=2, frameon=False)
+        for ax in axes:
+            fit_tick_labels(ax)
         file = f"distribution-{metric}.png"
         _save(fig, out, file)
         rounds = sorted({str(r.summary.get("final_round")) for r in flat(groups)})
@@ -520,7 +553,9 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
                    f"under each box); red: the worst decile, the mean of the worst 10 % of clients "
                    f"({'highest' if metric in LOWER_IS_BETTER else 'lowest'} values) per seed, averaged over "
                    f"seeds. Runs: {seeds_text(groups)}. {scale_text}.")
-        plots.append(Plot(file, f"per client: {NAMES.get(metric, metric)}", caption, "clients"))
+        short = (f"{NAMES.get(metric, metric)} of each client at the final round, test split: a box per method "
+                 "and view, a point per client and seed; red: the worst decile.")
+        plots.append(Plot(file, f"per client: {NAMES.get(metric, metric)}", short, "clients", notes=caption))
     return plots
 
 
@@ -586,8 +621,8 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
         ax.set(xlabel=xlabel, ylabel=axis_label(metric))
         ax.grid(alpha=0.3)
         _thin_markers(ax)
-    axes[0].set_title(f"{NAMES.get(metric, metric)} vs communication", fontsize=10)
-    axes[1].set_title(f"{NAMES.get(metric, metric)} vs time", fontsize=10)
+    axes[0].set_title(f"{NAMES.get(metric, metric)} vs communication")
+    axes[1].set_title(f"{NAMES.get(metric, metric)} vs time")
     _legend(fig, axes[0], groups)
     _save(fig, out, "cost.png")
     views_text = (", ".join(f"{m}: {v}" for m, v in used.items()) if several_views else f"{view} view")
@@ -600,7 +635,9 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
                f"timing.csv (training and evaluation); {spread} ({seeds_text(groups)}). "
                + (f"{', '.join(zero)} sent no training bytes: at 0 MB. " if zero else "")
                + f"y axis {how}.")
-    return Plot("cost.png", "federated cost", caption, "cost")
+    short = (f"{NAMES.get(metric, metric)} against the training traffic and the wall-clock time so far, "
+             f"test split ({views_text}).")
+    return Plot("cost.png", "federated cost", short, "cost", notes=caption)
 
 
 # ---- training -----------------------------------------------------------------------------------
@@ -637,7 +674,6 @@ def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
                 _draw_band(ax, _seed_band(series), sty[method], label, 1e-6, ls)
     direction = "clients to server" if way == "up" else "server to clients"
     ax.set(xlabel="round", ylabel="cumulative MB", title=f"bytes {way}: {direction}")
-    ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
     round_axis(ax, _rounds_drawn(ax))
     show_zero(ax)
@@ -652,8 +688,8 @@ def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
     if has_eval:
         caption += (f"; dashed: eval_bytes_{way}, the evaluation traffic of evaluated rounds "
                     "(see bytes_notes in summary.json)")
-    return Plot(file, f"bytes {way}", f"{caption}; y axis from just below 0. {_across_seeds(groups)}.",
-                "training", "communication")
+    return Plot(file, f"bytes {way}", f"Cumulative MB sent {direction} in training, per round.", "training",
+                "communication", notes=f"{caption}; y axis from just below 0. {_across_seeds(groups)}.")
 
 
 def _line_plot(groups: Groups, out: Path, file: str, series: dict[str, list[pd.Series]],
@@ -670,7 +706,6 @@ def _line_plot(groups: Groups, out: Path, file: str, series: dict[str, list[pd.S
     if not drawn:
         ax.text(0.5, 0.5, "no values recorded", ha="center", va="center", transform=ax.transAxes)
     ax.set(xlabel="round", ylabel=ylabel, title=title)
-    ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
     round_axis(ax, _rounds_drawn(ax))
     if drawn:
@@ -687,7 +722,8 @@ def loss_plot(groups: Groups, out: Path) -> Plot:
     caption = ("train_loss from rounds.csv: per round, the unweighted mean over the clients whose "
                "reply was accepted of the training loss each reported (rounds without a reported "
                f"loss are left out). {_across_seeds(groups)}.")
-    return Plot("train_loss.png", "training loss", caption, "training", "training")
+    return Plot("train_loss.png", "training loss", "Training loss per round: the mean over the clients that replied.",
+                "training", "training", notes=caption)
 
 
 def timing_plot(groups: Groups, out: Path) -> Plot:
@@ -697,4 +733,5 @@ def timing_plot(groups: Groups, out: Path) -> Plot:
     _line_plot(groups, out, "wall_time.png", series, "seconds", "wall-clock time per round")
     caption = ("wall_s from timing.csv: seconds per round, training plus evaluation when the round "
                f"was evaluated. {_across_seeds(groups)}.")
-    return Plot("wall_time.png", "wall-clock time", caption, "training", "training")
+    return Plot("wall_time.png", "wall-clock time", "Wall-clock seconds per round: training, and evaluation in "
+                "evaluated rounds.", "training", "training", notes=caption)

@@ -181,10 +181,10 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
         left.scatter(points[:, 0], points[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
         left.scatter(stars[:, 0], stars[:, 1], s=120, marker="*", edgecolors="black",
                      linewidths=0.8, c=[_class_color(i, k) for i in range(k)])
-        left.set_title(f"encoder features (q = {f.z.shape[1]}) and prototypes", fontsize=9)
+        left.set_title(f"encoder features (q = {f.z.shape[1]}) and prototypes")
         raw = tsne(f.raw)
         right.scatter(raw[:, 0], raw[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
-        right.set_title(f"raw windows ({f.raw.shape[1]} values)", fontsize=9)
+        right.set_title(f"raw windows ({f.raw.shape[1]} values)")
         for ax in (left, right):
             ax.set_xticks([])
             ax.set_yticks([])
@@ -192,13 +192,14 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
         handles = [Line2D([], [], ls="", marker="o", markersize=5, color=_class_color(i, k))
                    for i in range(k)]
         labels = [f"prototype {i} ({counts[i]})" for i in range(k)]
-        fig.legend(handles, labels, loc="outside lower center", frameon=False, fontsize=8,
-                   ncol=min(k, 5), title="nearest global prototype (windows)", title_fontsize=8)
+        fig.legend(handles, labels, loc="outside lower center", frameon=False,
+                   ncol=min(k, 5), title="nearest global prototype (windows)")
         fig.suptitle(f"{f.method} (seed {f.seed}, round {f.round}): {len(f.z)} train windows, "
-                     f"{len(f.clients)} clients", fontsize=10)
+                     f"{len(f.clients)} clients")
     _save(fig, out, file)
-    return Plot(file, f"t-SNE of encoder features: {run.name} seed {run.seed}", caption(f),
-                "prototypes")
+    return Plot(file, f"t-SNE of encoder features: {run.name} seed {run.seed}",
+                f"t-SNE of PCFedH's encoder features, coloured by nearest global prototype, {run.name} seed "
+                f"{run.seed} (PCFedH Fig. 3).", "prototypes", notes=caption(f))
 
 
 def caption(f: EncoderFeatures | Skipped) -> str:
