@@ -16,9 +16,10 @@
 
 ``--data``: the folder holding ``usc_had/`` and ``uci_hapt/`` (default ``$FEDWEAR_DATA``, else
 ``../shared/data``); a dataset missing there is replaced by fedwear's bundled UCI HAPT subset
-(10 users), and the table says so. Everything goes to ``--out`` (default ``$OUT``, else
-``results/``): ``gpu_check.md`` and the tests' log. Without a GPU it says so, times the CPU rows
-and exits 0 (a dry run).
+(10 users), and the table says so. Everything goes to ``--out`` (default ``$OUT``, else a new
+temporary folder; ``--out results`` to keep the record): ``gpu_check.md`` and the tests' log.
+Without a GPU it says so, times the CPU rows and exits 0 (a dry run); a dry run never replaces
+the record of a GPU check (it refuses an ``--out`` holding one).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from fedwear.data.preprocess import bundled_root
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
+NO_GPU = "none (torch sees no CUDA device: a dry run, CPU rows only)"
 
 
 def data_root(given: str | None, name: str) -> tuple[Path, str]:
@@ -103,14 +105,19 @@ def run_gpu_tests(out: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", help="folder holding usc_had/ and uci_hapt/")
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT"),
+                    help="folder for gpu_check.md and the tests' log (default $OUT, else a new temporary folder)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per timed run (>= 3)")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="fedwear-gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
-    device = torch.cuda.get_device_name(0) if CUDA else "none (torch sees no CUDA device: a dry run, CPU rows only)"
+    device = torch.cuda.get_device_name(0) if CUDA else NO_GPU
     lines: list[str] = []
     report = out / "gpu_check.md"
+    if not CUDA and report.is_file() and NO_GPU not in report.read_text():
+        print(f"{report} records a check on a GPU; this machine has none, and its dry run would replace that "
+              "record: pass another --out", file=sys.stderr)
+        return 2
 
     def emit(*new: str) -> None:
         """Print ``new`` and rewrite the report, so a check stopped early keeps what it measured."""

@@ -107,3 +107,32 @@ def test_clients_trained_together_on_cuda_equal_fit_on_cuda(tmp_path, monkeypatc
     differently for stacked inputs, hence the looser tolerance)."""
     # PERSIST: momentum kept across rounds, so a round mixes clients with and without kept buffers
     assert_fit_together_equals_fit(tmp_path, monkeypatch, method, {"device": "cuda", **PERSIST}, config_for, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run of a machine without a GPU")
+def test_the_gpu_check_s_dry_run_writes_outside_the_repository(tmp_path):
+    """Without a GPU, `python benchmarks/gpu_check.py` times its CPU rows into a temporary
+    folder (git status stays clean), and refuses an --out holding a GPU check's record."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    env = {**__import__("os").environ, "FEDWEAR_DATA": str(tmp_path / "none")}  # the bundled subset
+    env.pop("OUT", None)
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--rounds", "3"], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = Path(done.stdout.strip().splitlines()[-1].removeprefix("written to "))
+    assert written.is_file() and repo not in written.parents and "a dry run" in written.read_text()
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert after == before
+    record = tmp_path / "record"
+    record.mkdir()
+    (record / "gpu_check.md").write_text("# GPU check\n\nGPU: NVIDIA H200; CPU: 16 cores.\n")
+    refused = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out", str(record)], cwd=repo, env=env,
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "its dry run would replace that record" in refused.stderr
+    assert "NVIDIA H200" in (record / "gpu_check.md").read_text()
