@@ -4,22 +4,19 @@ builds arrays and records and nothing else."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import shlex
 from pathlib import Path
-from urllib.parse import quote
 
 import numpy as np
 import pytest
 
 import fedwear
-from fedwear.callbacks import CHECKPOINT, LEGACY_CHECKPOINT, load_checkpoint, save_checkpoint
+from fedwear.callbacks import CHECKPOINT, load_checkpoint, save_checkpoint
 from fedwear.engines import recordio
 from fedwear.engines.store import FOLDER, DiskStore, saved_states
 from fedwear.errors import FedwearError
-from fedwear.legacy import convert_run
 from fedwear.methods.api import Record
 from tests.helpers import tiny_config
 from tests.test_run import Interrupt
@@ -162,59 +159,6 @@ def test_a_checkpoint_index_names_only_files_in_client_states(tmp_path):
     with pytest.raises(FedwearError):
         saved_states(load_checkpoint(out / CHECKPOINT)["clients"], out)
     assert (tmp_path / "keep.npz").read_bytes() == b"not the run's"
-
-
-def write_legacy(out: Path) -> dict:
-    """Rewrite ``out``'s checkpoint (and its disk store's files) as older fedwear wrote them:
-    pickles, state files named ``<client>.<digest of the pickle>.pkl``. Returns the checkpoint."""
-    ckpt = load_checkpoint(out / CHECKPOINT)
-    old = dict(ckpt)
-    if ckpt["clients"] and all(isinstance(v, str) for v in ckpt["clients"].values()):
-        old["clients"] = {}
-        for cid, name in ckpt["clients"].items():
-            data = pickle.dumps(DiskStore(out / FOLDER, ckpt["clients"])[cid], protocol=5)
-            old["clients"][cid] = f"{quote(cid, safe='')}.{hashlib.blake2b(data, digest_size=10).hexdigest()}.pkl"
-            (out / FOLDER / old["clients"][cid]).write_bytes(data)
-            (out / FOLDER / name).unlink()
-    (out / LEGACY_CHECKPOINT).write_bytes(pickle.dumps(old, protocol=5))
-    (out / CHECKPOINT).unlink()
-    return ckpt
-
-
-@pytest.mark.parametrize("states", ["memory", "disk"])
-def test_convert_run_gives_back_the_checkpoint_and_the_run_resumes_exactly(tmp_path, states):
-    cfg, out = interrupted(tmp_path, client_states=states)
-    full = fedwear.run(cfg, tmp_path / "full").out_dir
-    ckpt = write_legacy(out)
-    (out / FOLDER).mkdir(exist_ok=True)
-    (out / FOLDER / "c.0.pkl.tmp").write_bytes(b"half a file")  # a kill during an old run's write
-    written = convert_run(out)
-    assert written[0] == out / CHECKPOINT and set(written[1:]) == {out / FOLDER / n for n in ckpt["clients"].values()
-                                                                   if isinstance(n, str)}
-    assert same_checkpoint(ckpt, load_checkpoint(out / CHECKPOINT))
-    assert not (out / LEGACY_CHECKPOINT).exists() and not list((out / FOLDER).glob("*.pkl*"))
-    assert convert_run(out) == []
-    fedwear.run(cfg, out, resume=True)
-    for name in ("metrics.csv", "rounds.csv"):
-        assert (out / name).read_bytes() == (full / name).read_bytes()
-
-
-def test_convert_run_refuses_a_pickle_that_would_run_code(tmp_path):
-    cfg, out = interrupted(tmp_path, client_states="disk", method="local")
-    marker = tmp_path / "pwned"
-    write_legacy(out)
-    old = pickle.loads((out / LEGACY_CHECKPOINT).read_bytes())
-    state = next(iter(old["clients"].values()))
-    (out / FOLDER / state).write_bytes(pickle.dumps(Record({"x": np.zeros(1)}, {"p": Payload(marker)})))
-    with pytest.raises(FedwearError) as e:
-        convert_run(out)
-    assert ".system" in one_line_error(e, out / FOLDER / state)
-    (out / LEGACY_CHECKPOINT).write_bytes(pickle.dumps({**old, "callbacks": {"x": Payload(marker)}}))
-    with pytest.raises(FedwearError) as e:
-        convert_run(out)
-    one_line_error(e, out / LEGACY_CHECKPOINT)
-    assert not marker.exists() and not (out / CHECKPOINT).exists()
-    assert (out / LEGACY_CHECKPOINT).exists() and (out / FOLDER / state).exists()  # nothing removed
 
 
 def test_what_cannot_come_back_exactly_is_not_written(tmp_path):

@@ -36,7 +36,7 @@ CONFUSION_FILE = "confusion.csv"
 CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 #: The checkpoint of a run folder (:func:`save_checkpoint`).
 CHECKPOINT = "checkpoint.npz"
-LEGACY_CHECKPOINT = "checkpoint.pkl"  # run folder format 1 (a pickle): never loaded, `fedwear upgrade` converts it
+LEGACY_CHECKPOINT = "checkpoint.pkl"  # run folder format 1's pickle: never loaded; named to recognise such folders
 log = logging.getLogger("fedwear")
 
 

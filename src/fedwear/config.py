@@ -274,13 +274,12 @@ class RunConfig(Strict):
                 "clients_per_round=%d, but there are only %d training clients: every round trains all %d", v, n, n)
         return min(n, v)
 
-    def settings(self, *, with_threads: bool = False) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
         """The settings that decide a run's numbers and differ from the defaults, as a tree: a
         key added later (with a default) does not orphan run directories made before it; where
         the data lives (``dataset.root``, ``dataset.sources[].root``, ``dataset.cache_dir``),
         how many threads run it (``threads``), where else its numbers are logged (``tracking``,
-        ``flower.ray_address``) and other methods' options do not count. ``with_threads``: count
-        ``threads`` too, as run folders of format 1 did."""
+        ``flower.ray_address``) and other methods' options do not count."""
         tree = self.model_dump(mode="json", exclude_defaults=True)
         dataset = tree.pop("dataset", {})
         dataset = {k: v for k, v in dataset.items() if k not in ("root", "cache_dir")}
@@ -288,8 +287,7 @@ class RunConfig(Strict):
             dataset["sources"] = [{k: v for k, v in src.items() if k != "root"} for src in dataset["sources"]]
         if dataset:
             tree["dataset"] = dataset
-        if not with_threads:
-            tree.pop("threads", None)  # an execution setting: summary.json's versions records it
+        tree.pop("threads", None)  # an execution setting: summary.json's versions records it
         tree.pop("tracking", None)  # where the numbers are also logged, not what they are
         if "ray_address" in tree.get("flower", {}):  # where the clients run, not what they compute
             tree["flower"].pop("ray_address")
@@ -301,11 +299,9 @@ class RunConfig(Strict):
             tree["method_options"] = {self.method: own}
         return tree
 
-    def hash(self, *, with_threads: bool = False) -> str:
-        """Digest of :meth:`settings`: two configs with the same hash make the same numbers.
-        ``with_threads``: the digest run folders of format 1 carry (to recognise the run folders
-        it wrote, ``fedwear upgrade``)."""
-        return hashlib.sha256(json.dumps(self.settings(with_threads=with_threads), sort_keys=True).encode()).hexdigest()[:16]
+    def hash(self) -> str:
+        """Digest of :meth:`settings`: two configs with the same hash make the same numbers."""
+        return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def flat_params(tree: dict, prefix: str = "") -> dict[str, str]:

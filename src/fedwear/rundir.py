@@ -7,7 +7,7 @@ run starts there (JSON: the format version and the fedwear version). Rules (``fe
 
 * a new or empty folder: start;
 * a folder with files but no marker (the user's own, or a run of an older fedwear): refuse,
-  nothing is touched (``fedwear upgrade`` adopts an older run folder);
+  nothing is touched (an older run folder is named as such);
 * a run folder, without ``--resume`` or ``--overwrite``: refuse, nothing is touched;
 * ``--resume``: a finished run of the same config (its ``summary.json`` beside a
   ``config.yaml`` of the same config hash) is reused as it is; an unfinished one continues from
@@ -129,8 +129,9 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
     if not is_run(out):
         if foreign := foreign_files(out):
             shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
-            hint = (f"it looks like a run of an older fedwear: `fedwear upgrade {out}` adopts it"
-                    if looks_like_old_run(out) else "pass --out with a new or empty folder")
+            hint = ("it looks like a run of an older fedwear (run folder format 1), which this one does not read: "
+                    "pass --out with a new folder to run it again" if looks_like_old_run(out)
+                    else "pass --out with a new or empty folder")
             raise FedwearError(f"{out} holds files fedwear did not write there ({shown}) and no {MARKER} "
                                f"marker, so it is not a run folder: {hint}")
         return Plan()
@@ -151,11 +152,6 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
             "--set values; pass --out with a new folder or --overwrite"
         )
     if not (out / CHECKPOINT).exists():
-        if (out / LEGACY_CHECKPOINT).exists():
-            raise FedwearError(
-                f"{out / LEGACY_CHECKPOINT} is in the old pickle format, which fedwear no longer reads (loading "
-                f"a pickle can run any code): `fedwear upgrade {out} --trust-pickles` converts it if you trust "
-                "who wrote it, or add --overwrite to start again")
         if restart:
             return Plan(restarted=True)
         raise FedwearError(

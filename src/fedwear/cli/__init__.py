@@ -133,25 +133,6 @@ def compare(
                             for name, runs in result.summaries.items() for s in runs})
 
 
-def upgrade(
-    folders: Annotated[list[Path], typer.Argument(help="run folders (a folder of run folders: each of them)")],
-    trust_pickles: Annotated[bool, typer.Option("--trust-pickles", help="convert old pickle checkpoints (read with a loader that only "
-                                                     "admits arrays and fedwear's records); only for folders you trust")] = False,
-) -> None:
-    """Adopt run folders written by an older fedwear.
-
-    Marks them as run folders, so that --resume, --overwrite and compare accept them. With
-    the option --trust-pickles, also converts their pickle checkpoints.
-    """
-    from fedwear.upgrade import run_folders, upgrade_folder
-
-    try:
-        for run in run_folders(folders):
-            typer.echo(f"{run}: {upgrade_folder(run, trust_pickles)}")
-    except FedwearError as e:
-        fail(e)
-
-
 def _announce(status: GridStatus, where: Path) -> None:
     typer.echo(f"[{status}] {where} done", err=True)
 
@@ -203,7 +184,7 @@ EXPERIMENTS, SETUP = "Experiments", "Data, methods and configs"
 for name, command, panel in (
     ("run", run, EXPERIMENTS), ("compare", compare, EXPERIMENTS), ("reproduce", reproduce, EXPERIMENTS),
     ("tune", tune, EXPERIMENTS), ("report", report, EXPERIMENTS),
-    ("methods", methods_cmd, SETUP), ("config-reference", config_reference, SETUP), ("upgrade", upgrade, SETUP),
+    ("methods", methods_cmd, SETUP), ("config-reference", config_reference, SETUP),
 ):
     app.command(name, rich_help_panel=panel)(command)
 app.add_typer(data_app, name="data", rich_help_panel=SETUP)
