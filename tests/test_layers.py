@@ -100,3 +100,34 @@ def test_no_import_cycles():
         if state.get(m) is None:
             visit(m, [m])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_module_outside_methods_names_a_method():
+    """Outside ``methods/`` (and ``reproduce/``, whose tables list the methods they run as data),
+    no module imports a method's own module or tests a method's name: a method declares what the
+    rest needs (``Method.cluster_space``, ``same_model_for_all``, ...)."""
+    from fedwear.methods import METHODS
+
+    own_modules = {cls.__module__ for cls in METHODS.values()}
+    names = set(METHODS)
+
+    def executor(node: ast.AST) -> bool:  # `executor != "local"`: the executor, not the method
+        return "executor" in ast.unparse(node)
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if module.startswith(("fedwear.methods", "fedwear.reproduce")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in own_modules:
+                found.append(f"{module}:{node.lineno} imports {node.module}")
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(isinstance(c, ast.Constant) and c.value in names for c in sides) and not any(
+                        executor(c) for c in sides):
+                    found.append(f"{module}:{node.lineno} tests the name in {ast.unparse(node)}")
+            if (isinstance(node, ast.Call) and "options" in ast.unparse(node.func)
+                    and any(isinstance(a, ast.Constant) and a.value in names for a in node.args)):
+                found.append(f"{module}:{node.lineno} reads a method's options: {ast.unparse(node)}")
+    assert found == []

@@ -19,6 +19,7 @@ seed methods and their baselines onto these hooks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -59,6 +60,17 @@ class Personalized:
 
     evaluate: dict[str, Record]
     keep: Record | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSpace:
+    """Where a clustering method places windows (:meth:`Method.cluster_space`): ``encode`` maps
+    ``[n, window, channels]`` windows to ``[n, q]`` features (None: the raw windows, flattened),
+    ``prototypes`` ``[K, q]`` are the global prototypes, ``text`` names the encoder in words."""
+
+    encode: Callable[[np.ndarray], np.ndarray] | None
+    prototypes: np.ndarray
+    text: str
 
 
 @dataclass(frozen=True)
@@ -243,6 +255,17 @@ class Method:
 
     def global_predictor(self, message: Record) -> Predictor:
         raise NotImplementedError
+
+    #: Whether :meth:`cluster_space` can give one (the report then draws it, or says why not).
+    has_cluster_space: ClassVar[bool] = False
+    #: Whether ``configure`` sends every client the same model (FedAvg's global model).
+    same_model_for_all: ClassVar[bool] = False
+
+    def cluster_space(self, arrays: dict[str, np.ndarray]) -> ClusterSpace | str | None:
+        """The features the method clusters windows on, from a checkpoint's server ``arrays``, with
+        the global prototypes (PCFedH's Fig. 3 draws them), or why they cannot be rebuilt; None
+        when the state holds none. Default: none."""
+        return None
 
     def rebuilt_by_fit(self) -> tuple[str, ...]:
         """Prefixes of client-state keys that the client's next ``fit`` writes anew without reading

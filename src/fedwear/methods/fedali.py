@@ -134,6 +134,8 @@ class FedAli(FedAvg):
         first = self.options.first_round_beta
         return first if round <= 1 and first is not None else self.beta
 
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
+
     def configure(self, server: Record, client: str, round: int) -> Record:
         """The server's weights with this round's beta in every ALP layer."""
         beta = np.full(1, self.round_beta(round), np.float32)

@@ -58,6 +58,7 @@ class FedAvg(Method):
     devices = ("cpu", "cuda")
     summary = "FedAvg (McMahan et al. 2017): clients train the whole model; the server averages it weighted by sample counts."
 
+    same_model_for_all = True  # configure: the global model, to every client (a subclass overriding it says)
     #: Model parts sent to clients and averaged by the server.
     shared: ClassVar[tuple[str, ...]] = PARTS
     #: Model parts a client trains and keeps between rounds (never sent).

@@ -77,6 +77,8 @@ class FedHome(FedAvg):
     def select(self, server, round, scheduled, all_clients):
         return list(all_clients) if self.personal_round(round) else scheduled
 
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
+
     def configure(self, server: Record, client: str, round: int) -> Record:
         """The global model; in phase 2 marked so that a reply without arrays is valid."""
         return Record(server.arrays, {"personal": True} if self.personal_round(round) else {})

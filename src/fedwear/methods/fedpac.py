@@ -261,6 +261,8 @@ class FedPAC(FedAvg):
         prefix = f"{COMBINED}{client}/"
         return {k[len(prefix):]: a for k, a in server.arrays.items() if k.startswith(prefix)}
 
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
+
     def configure(self, server: Record, client: str, round: int) -> Record:
         """The body, the global prototypes and mask, and this client's own combined head."""
         common = {k: a for k, a in server.arrays.items() if not k.startswith(COMBINED)}

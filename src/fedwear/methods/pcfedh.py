@@ -49,7 +49,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from fedwear.data.types import ClientData
 from fedwear.methods import clustering
-from fedwear.methods.api import Phase, Record, Task
+from fedwear.methods.api import ClusterSpace, Phase, Record, Task
 from fedwear.methods.contrastive import (
     hierarchical_contrastive_loss,
     overlapping_crops,
@@ -126,6 +126,37 @@ class PCFedH(SoftClustered):
             self.encoder = TSEncoder(task.channels, options.output, options.hidden, options.depth).to(self.device)
         self.encoder_initial = module_arrays(self.encoder)
 
+    # ---- the features it clusters on (the report's Fig. 3) --------------------------------
+    has_cluster_space = True
+
+    def cluster_space(self, arrays: dict[str, np.ndarray]) -> ClusterSpace | str | None:
+        """The global encoder of ``arrays`` (``enc.*``, in eval mode on the CPU: no timestamp
+        masking, no dropout) and the global prototypes; for the w/o CRE ablation the raw windows
+        (its prototypes are K-means centres of them). None before any prototype exists."""
+        if PROTO not in arrays or not any(k.startswith(ENC) for k in arrays):
+            return None
+        protos = np.asarray(arrays[PROTO], np.float32)
+        if self.opt.ablation == "no_cre":
+            return ClusterSpace(None, protos, "none: the raw windows, L2-normalised (Table 3 w/o CRE)")
+        text = (f"TSEncoder(input_dims={self.task.channels}, output_dims={self.opt.output}, "
+                f"hidden_dims={self.opt.hidden}, depth={self.opt.depth})")
+        with torch.random.fork_rng():  # building initialises weights: leave the global RNG alone
+            encoder = TSEncoder(self.task.channels, self.opt.output, self.opt.hidden, self.opt.depth)
+        try:
+            encoder.load_state_dict({k[len(ENC):]: torch.from_numpy(np.asarray(v)) for k, v in arrays.items()
+                                     if k.startswith(ENC)})
+        except RuntimeError as e:
+            return f"its enc.* arrays do not fit {text} from method_options.pcfedh ({str(e).strip().splitlines()[0]})"
+        encoder.eval()
+
+        @torch.no_grad()
+        def encode(x: np.ndarray, batch: int = 256) -> np.ndarray:
+            xt = torch.from_numpy(np.ascontiguousarray(x))
+            out = [instance_representation(encoder(xt[i:i + batch])) for i in range(0, len(xt), batch)]
+            return torch.cat(out).numpy() if out else np.zeros((0, self.opt.output), np.float32)
+
+        return ClusterSpace(encode, protos, text)
+
     # ---- phases -------------------------------------------------------------------------
     def phase(self, round: int) -> int:
         if round <= self.opt.pcl_rounds:
@@ -158,6 +189,8 @@ class PCFedH(SoftClustered):
             own = np.array([int(server.arrays[OWN + c]) for c in all_clients])
             v = v * (own[:, None] == np.arange(v.shape[1]))
         return self.draw(server, round, all_clients, v)
+
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
 
     def configure(self, server: Record, client: str, round: int) -> Record:
         phase = self.phase(round)

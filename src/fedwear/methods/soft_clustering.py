@@ -71,6 +71,8 @@ class ClusterModels(FedAvg):
     def init_server(self) -> Record:
         return Record({CLUSTER.format(k) + n: a for k, init in enumerate(self.cluster_initial) for n, a in init.items()})
 
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
+
     def configure(self, server: Record, client: str, round: int) -> Record:
         """All K cluster models."""
         return Record(dict(server.arrays))

@@ -41,7 +41,6 @@ from fedwear.engines.store import saved_states
 from fedwear.errors import FedwearError
 from fedwear.evaluation.predictor import Predictor
 from fedwear.methods import Method, Record, Task, build_method
-from fedwear.methods.fedavg import FedAvg
 from fedwear.report.plots import Groups, Plot, _new_figure, _save
 from fedwear.report.rundir import Run, load_run
 
@@ -180,7 +179,7 @@ def model_text(m: Method) -> str:
     shared, personal = tuple(getattr(m, "shared", ())), tuple(getattr(m, "personal", ()))
     parts = []
     if shared:
-        same = not personal and type(m).configure is FedAvg.configure
+        same = not personal and m.same_model_for_all
         parts.append(f"{' and '.join(shared)} from the server's message to that client"
                      + (" (the same global model for every client)" if same else ""))
     if personal:

@@ -2,14 +2,10 @@
 FITEE 2025, Fig. 3: the representations of PCFedH's cluster-representation encoder beside the
 original data).
 
-For a run whose server state holds PCFedH's TS2Vec encoder (``enc.*`` arrays) and global
-prototypes (``proto``, ``[K, q]``): the encoder is rebuilt as
-:class:`~fedwear.models.ts2vec.TSEncoder` with the sizes of the run's ``method_options.pcfedh``
-(``output``, ``hidden``, ``depth``; as ``PCFedH.__init__`` builds it), loaded with the
-checkpoint's ``enc.*`` and run in eval mode (no timestamp masking, no dropout). A uniform sample
-of the training clients' train windows goes through it; its
-:func:`~fedwear.models.ts2vec.instance_representation` (max over time, L2-normalised) is what
-PCFedH clusters. Each window is coloured by its nearest prototype (cosine, as PCFedH counts
+For a run whose method has a cluster space (:meth:`fedwear.methods.api.Method.cluster_space`:
+PCFedH's TS2Vec encoder from the checkpoint's server state, in eval mode, and its global
+prototypes), a uniform sample of the training clients' train windows goes through it: the
+features PCFedH clusters (max over time, L2-normalised). Each window is coloured by its nearest prototype (cosine, as PCFedH counts
 windows per cluster). Left panel: t-SNE of those features with the prototypes; right panel:
 t-SNE of the same windows' raw values (the paper's "original representation").
 """
@@ -25,9 +21,6 @@ import torch.nn.functional as F
 from matplotlib.lines import Line2D
 
 from fedwear.callbacks import CHECKPOINT
-from fedwear.methods import parse_options
-from fedwear.methods.pcfedh import ENC, PROTO
-from fedwear.models.ts2vec import TSEncoder, instance_representation
 from fedwear.report.embeddings import (
     TSNE_TEXT,
     Restored,
@@ -70,42 +63,10 @@ class EncoderFeatures:
         return list(dict.fromkeys(self.client.tolist()))
 
 
-def has_encoder(arrays: dict) -> bool:
-    """Whether a server state holds PCFedH's encoder and global prototypes."""
-    return PROTO in arrays and any(k.startswith(ENC) for k in arrays)
-
-
-def encoder_from(restored: Restored) -> tuple[TSEncoder, str] | str:
-    """The run's global encoder in eval mode and its description, or why it cannot be built."""
-    cfg, arrays = restored.cfg, restored.checkpoint["server"].arrays
-    opt = parse_options("pcfedh", cfg.method_options.get("pcfedh"))
-    channels = len(restored.data.channels)
-    with torch.random.fork_rng():  # building initialises weights: leave the global RNG alone
-        encoder = TSEncoder(channels, opt.output, opt.hidden, opt.depth)
-    text = (f"TSEncoder(input_dims={channels}, output_dims={opt.output}, hidden_dims={opt.hidden}, "
-            f"depth={opt.depth})")
-    weights = {k[len(ENC):]: torch.from_numpy(np.asarray(v)) for k, v in arrays.items()
-               if k.startswith(ENC)}
-    try:
-        encoder.load_state_dict(weights)
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        return f"its enc.* arrays do not fit {text} from method_options.pcfedh ({first})"
-    return encoder.eval(), text
-
-
 def sample(total: int, k: int, seed: int = SAMPLE_SEED) -> np.ndarray:
     """``min(k, total)`` indices of ``range(total)`` drawn uniformly without replacement, sorted."""
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(total, size=min(k, total), replace=False))
-
-
-@torch.no_grad()
-def encode(encoder: TSEncoder, x: np.ndarray) -> np.ndarray:
-    """:func:`instance_representation` of ``encoder(x)`` in batches (``[n, q]``)."""
-    xt = torch.from_numpy(np.ascontiguousarray(x))
-    out = [instance_representation(encoder(xt[i:i + BATCH])) for i in range(0, len(xt), BATCH)]
-    return torch.cat(out).numpy() if out else np.zeros((0, encoder.output_dims), np.float32)
 
 
 def nearest_prototype(z: np.ndarray, protos: np.ndarray) -> np.ndarray:
@@ -119,17 +80,11 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
     """Features of ``windows`` train windows sampled from all training clients (None: the run's
     server state has no PCFedH encoder and prototypes)."""
     run, ckpt, data = restored.run, restored.checkpoint, restored.data
-    arrays = ckpt["server"].arrays
-    if not has_encoder(arrays):
+    space = restored.method.cluster_space(ckpt["server"].arrays)
+    if space is None:
         return None
-    raw_windows = parse_options("pcfedh", restored.cfg.method_options.get("pcfedh")).ablation == "no_cre"
-    if raw_windows:  # Table 3 w/o CRE: the prototypes are K-means centres of the raw windows
-        text = "none: the raw windows, L2-normalised (Table 3 w/o CRE)"
-    else:
-        built = encoder_from(restored)
-        if isinstance(built, str):
-            return Skipped(run.name, run.seed, built)
-        encoder, text = built
+    if isinstance(space, str):
+        return Skipped(run.name, run.seed, space)
     parts = [c.train for c in data.clients if len(c.train)]
     if not parts:
         return Skipped(run.name, run.seed, "its training clients have no train windows")
@@ -137,16 +92,16 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
     owner = np.concatenate([np.full(len(c.train), c.client_id, dtype=object)
                             for c in data.clients if len(c.train)])
     idx = sample(len(x), windows)
-    if raw_windows:
+    if space.encode is None:
         z = F.normalize(torch.from_numpy(x[idx].reshape(len(idx), -1)).float(), dim=-1).numpy()
     else:
-        z = encode(encoder, x[idx])
-    protos = F.normalize(torch.from_numpy(np.asarray(arrays[PROTO], np.float32)), dim=-1).numpy()
+        z = space.encode(x[idx])
+    protos = F.normalize(torch.from_numpy(space.prototypes), dim=-1).numpy()
     return EncoderFeatures(
         method=run.name, seed=run.seed, round=int(ckpt["round"]),
         final_round=run.summary.get("final_round"), z=z, raw=x[idx].reshape(len(idx), -1),
         nearest=nearest_prototype(z, protos), protos=protos, client=owner[idx], total=len(x),
-        encoder=text, data=data_text(restored.cfg),
+        encoder=space.text, data=data_text(restored.cfg),
     )
 
 

@@ -13,15 +13,12 @@ from pathlib import Path
 
 from fedwear.data import dataset_kind
 from fedwear.errors import FedwearError
+from fedwear.methods import METHODS
 from fedwear.report.embeddings import Restored, Skipped, restore
 from fedwear.report.forecast import client_forecast, forecast_plot
 from fedwear.report.plots import Groups, Plot, colors
 from fedwear.report.prototypes import TSNE_WINDOWS, encoder_features, prototype_plot
 from fedwear.report.rundir import Run
-
-#: The method whose runs get a t-SNE figure (saying why it is skipped) even when their
-#: checkpoint cannot be read; other methods get one only when their server state has an encoder.
-PCFEDH = "pcfedh"
 
 
 def is_regression(run: Run) -> bool:
@@ -66,7 +63,7 @@ def regression_plots(groups: Groups, out: Path, root: Path | None = None,
             features = encoder_features(restored, tsne_windows)
             if features is not None:
                 plots.append(prototype_plot(run, features, out))
-        elif run.method == PCFEDH:
+        elif getattr(METHODS.get(run.method), "has_cluster_space", False):  # it would have one: say why not
             plots.append(prototype_plot(run, restored, out))
     cache.clear()
     return plots
