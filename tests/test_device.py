@@ -8,6 +8,7 @@ import torch
 import fedwear
 from fedwear.config import ConfigError
 from fedwear.methods import METHODS
+from fedwear.methods.api import Method
 from fedwear.methods.fedavg import FedAvg
 from tests.helpers import tiny_config
 
@@ -20,9 +21,10 @@ def test_cuda_without_a_gpu_is_one_line(monkeypatch):
 
 
 class CpuOnly(FedAvg):
-    """A method with tensors of its own that it has not placed on a device: no ``devices``."""
+    """A method with tensors of its own that it has not placed on a device: it opts out."""
 
     name = "cpu-only-for-test"
+    devices = ("cpu",)
 
 
 @pytest.fixture
@@ -39,8 +41,8 @@ def test_cuda_only_for_methods_that_declare_it(monkeypatch, cpu_only):
     assert f"method={cpu_only} runs on the CPU only" in str(err.value)
 
 
-def test_cuda_support_is_declared_by_each_class_not_inherited():
-    assert "cuda" in FedAvg.devices
+def test_cuda_support_is_inherited_with_an_opt_out():
+    assert "cuda" in FedAvg.devices and Method.devices == ("cpu",)
     assert CpuOnly.devices == ("cpu",)
     for name, cls in METHODS.items():  # every method has placed its own tensors (tests/test_gpu.py)
         assert cls.devices == ("cpu", "cuda"), name

@@ -150,8 +150,9 @@ class Method:
     #: Named fine-tuning budgets evaluated side by side (Meta-HAR's n in {1, 2, 3}, FedMAT's e in
     #: {2, 4}): each gives views ``personalized@<budget>`` ... through :class:`Personalized`.
     budgets: ClassVar[tuple[str, ...]] = ()
-    #: Devices the method runs on (``device`` in a config). ``cuda`` is declared by each class
-    #: itself, never inherited: a subclass with tensors of its own must place them first.
+    #: Devices the method runs on (``device`` in a config). Inherited: FedAvg and its subclasses
+    #: run on ``cuda`` too; a subclass with tensors it does not place on the model's device opts
+    #: out with ``devices = ("cpu",)``.
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
     #: Peak bytes of the tensors the method held in its last ``fit`` (``methods/footprint.py``;
     #: 0: not measured). ``FedAvg.train`` measures it, the engine reports it in ``rounds.csv``.
@@ -166,8 +167,6 @@ class Method:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if "devices" not in cls.__dict__:
-            cls.devices = ("cpu",)
         if "static_selection" not in cls.__dict__:
             cls.static_selection = "select" not in cls.__dict__ and all(
                 getattr(base, "static_selection", True) for base in cls.__bases__)

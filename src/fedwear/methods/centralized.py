@@ -16,7 +16,6 @@ POOLED = "pooled"
 
 class Centralized(FedAvg):
     name = "centralized"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "Centralized: one model on the pooled data of all training clients (upper bound, no privacy)."
     mean_aggregation = False
 

@@ -91,7 +91,6 @@ def ala_combine(local: torch.Tensor, glob: torch.Tensor, weight: torch.Tensor) -
 
 class FedALA(FedAvg):
     name = "fedala"
-    devices = ("cpu", "cuda")
     summary = ("FedALA (Zhang et al. 2023): each client merges the global model into its own by learnt "
                "element-wise weights on the top layers (ALA), then trains; the server averages.")
     Options = FedALAOptions

@@ -96,7 +96,6 @@ def kmeans_prototypes(points: np.ndarray, init: np.ndarray, max_iter: int = 300,
 
 class FedAli(FedAvg):
     name = "fedali"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = ("FedAli (Ek et al. 2024): FedAvg on HART with ALP layers; the server k-means the clients' "
                "local prototypes per block into the next round's global and local prototypes.")
     Options = FedAliOptions

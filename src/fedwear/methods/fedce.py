@@ -146,7 +146,6 @@ def combine(models: list[dict[str, np.ndarray]], weights: np.ndarray) -> dict[st
 
 class FedCE(ClusterModels):
     name = "fedce"
-    devices = ("cpu", "cuda")
     summary = ("FedCE (Cai et al. 2023), reconstructed: losses of K cluster models on a few batches vote for "
                "soft memberships; clients start from the membership mix, the server averages per cluster.")
     Options = FedCEOptions

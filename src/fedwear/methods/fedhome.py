@@ -56,7 +56,6 @@ class FedHomeOptions(Options):
 
 class FedHome(FedAvg):
     name = "fedhome"
-    devices = ("cpu", "cuda")  # SMOTE runs on the host, on the representations moved there once per fit
     summary = "FedHome (Wu et al. 2020): FedAvg, then each client trains its own head on SMOTE-balanced representations."
     kinds = ("classification",)  # class prototypes / class balancing
     Options = FedHomeOptions

@@ -60,7 +60,6 @@ class FedMAT(FedAvg):
                "masks on its activations and head are fine-tuned locally (budgets e2, e4) and never shared.")
     Options = FedMATOptions
     carried = (CLIENT, USER)  # the user's client network and head stay in its state
-    devices = ("cpu", "cuda")
     kinds = ("classification",)
     budgets = ("e2", "e4")
     shared = ("body",)

@@ -229,7 +229,6 @@ def combination_weights(h: np.ndarray, v: np.ndarray, eig_clip: float = 0.01, fl
 # ---- the method ---------------------------------------------------------------------------------
 class FedPAC(FedAvg):
     name = "fedpac"
-    devices = ("cpu", "cuda")  # the QP and the head combination run on the server's numpy arrays
     summary = ("FedPAC (Xu et al. 2023): head step, then the body with feature alignment to global prototypes; "
                "bodies averaged, each client's head a QP-weighted combination of the round's heads.")
     kinds = ("classification",)  # class prototypes and per-class statistics

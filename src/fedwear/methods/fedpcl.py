@@ -151,7 +151,6 @@ def prototype_contrastive_loss(z: torch.Tensor, key: torch.Tensor, protos: torch
 
 class FedPCL(FedAvg):
     name = "fedpcl"
-    devices = ("cpu", "cuda")
     summary = ("FedPCL (Tan et al. 2022): clients keep their models and share class prototypes; a projection "
                "is trained with contrastive losses to the global and every client's prototypes (regression: "
                "prototypes of target bins, fedwear's adaptation).")

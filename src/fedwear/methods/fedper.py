@@ -11,7 +11,6 @@ from fedwear.methods.fedavg import FedAvg
 
 class FedPer(FedAvg):
     name = "fedper"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "FedPer (Arivazhagan et al. 2019): the body is averaged, each client keeps its own head."
     shared = ("body",)
     personal = ("head",)

@@ -67,7 +67,6 @@ class FedProtoOptions(TargetBinOptions):
 
 class FedProto(FedAvg):
     name = "fedproto"
-    devices = ("cpu", "cuda")
     summary = ("FedProto (Tan et al. 2022): clients keep their models and share class prototypes, pulled toward "
                "the global ones (regression: prototypes of target bins, fedwear's adaptation).")
     kinds = ("classification", "regression")  # regression: target bins as classes (module docstring)

@@ -18,7 +18,6 @@ class FedProxOptions(Options):
 
 class FedProx(FedAvg):
     name = "fedprox"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "FedProx (Li et al. 2020): FedAvg with a proximal term keeping local weights near the global ones."
     Options = FedProxOptions
     trains_together = True  # FedAvg's step plus the proximal term, which engine=batched adds too

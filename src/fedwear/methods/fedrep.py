@@ -47,7 +47,6 @@ def frozen(module: nn.Module):
 
 class FedRep(FedAvg):
     name = "fedrep"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "FedRep (Collins et al. 2021): per round, the head trains on a frozen body, then the body on a frozen head; bodies are averaged."
     Options = FedRepOptions
     shared = ("body",)

@@ -33,7 +33,6 @@ class FedReptile(Reptile):
     summary = ("FedReptile (Meta-HAR's baseline): the whole classifier trained with Reptile steps, then "
                "fine-tuned by each user with cross-entropy for 1-3 epochs (budgets k1-k3).")
     Options = FedReptileOptions
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     budgets = ("k1", "k2", "k3")
 
     def personalize(self, down: Record, state: Record, data: ClientData, seed: int) -> Personalized:

@@ -36,7 +36,6 @@ class FedSoftOptions(SoftClusterOptions):
 
 class FedSoft(SoftClustered):
     name = "fedsoft"
-    devices = ("cpu", "cuda")
     summary = "FedSoft (Ruan and Joe-Wong 2022): soft clustered FL, importance weights from the cluster models' per-window losses."
     Options = FedSoftOptions
 

@@ -47,7 +47,6 @@ class IFCAOptions(Options):
 
 class IFCA(ClusterModels):
     name = "ifca"
-    devices = ("cpu", "cuda")
     summary = ("IFCA (Ghosh et al. 2020): K cluster models; each client trains the one with the lowest loss "
                "on its data and the server averages each cluster's replies.")
     Options = IFCAOptions

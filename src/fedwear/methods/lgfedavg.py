@@ -13,7 +13,6 @@ from fedwear.methods.fedavg import FedAvg
 
 class LGFedAvg(FedAvg):
     name = "lgfedavg"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "LG-FedAvg (Liang et al. 2020): local representation layers, a global averaged head."
     shared = ("head",)
     personal = ("body",)

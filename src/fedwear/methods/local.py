@@ -11,7 +11,6 @@ from fedwear.methods.fedavg import FedAvg
 
 class Local(FedAvg):
     name = "local"
-    devices = ("cpu", "cuda")  # no tensors of its own beyond FedAvg's model and batches
     summary = "Local (SOLO): each client trains its own model on its own data, no communication."
     shared = ()
     personal = ("body", "head")

@@ -60,7 +60,6 @@ class Reptile(FedAvg):
     """FedAvg whose server takes a Reptile step (:func:`reptile_step`) towards the replies,
     taken in client order; the options give ``sigma`` and ``weighted``."""
 
-    devices = ("cpu", "cuda")  # numpy on the server; FedAvg's model and batches on the client
     mean_aggregation = False
 
     def aggregate(self, server, replies, round, plan=None):

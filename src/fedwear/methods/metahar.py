@@ -78,7 +78,6 @@ class MetaHAR(Reptile):
                "each user fine-tunes it and a head over its own activities (budgets n1-n3).")
     Options = MetaHAROptions
     carried = (USER,)  # the user's head (and its class list) stays in its state
-    devices = ("cpu", "cuda")
     kinds = ("classification",)
     budgets = ("n1", "n2", "n3")
     shared = ("body",)

@@ -70,7 +70,6 @@ def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor
 
 class Moon(FedAvg):
     name = "moon"
-    devices = ("cpu", "cuda")
     summary = ("MOON (Li et al. 2021): FedAvg plus a contrastive term pulling representations "
                "towards the global model's, away from the previous local model's.")
     Options = MoonOptions

@@ -113,7 +113,6 @@ class PCFedHOptions(SoftClusterOptions):
 
 class PCFedH(SoftClustered):
     name = "pcfedh"
-    devices = ("cpu", "cuda")
     summary = ("PCFedH (Yin et al. 2025): prototypical contrastive federated clustering, then soft "
                "clustered FL of personal forecasters with a cluster-weighted proximal term.")
     Options = PCFedHOptions

@@ -53,7 +53,6 @@ class ProtoHAROptions(FedRepOptions):
 
 class ProtoHAR(FedRep):
     name = "protohar"
-    devices = ("cpu", "cuda")
     summary = "ProtoHAR (Cheng et al. 2023): FedRep's head/body steps with a global-prototype regulariser on the body."
     kinds = ("classification",)  # class prototypes / class balancing
     Options = ProtoHAROptions

@@ -42,7 +42,6 @@ class ScaffoldOptions(Options):
 
 class Scaffold(FedAvg):
     name = "scaffold"
-    devices = ("cpu", "cuda")
     summary = "SCAFFOLD (Karimireddy et al. 2020): control variates correct the clients' drift."
     Options = ScaffoldOptions
     mean_aggregation = False  # replies are deltas and the means are uniform: no DP / secagg wrapper
