@@ -35,7 +35,7 @@ def flower_certs(
     nodes: Annotated[int, typer.Option(min=0, metavar="N", help="also make N SuperNode key pairs in FOLDER/nodes (node1..nodeN)")] = 0,
 ) -> None:
     """Make a local CA and a SuperLink certificate (for tests and trials; use real certificates in production)."""
-    from fedwear.engines.flower_cli import make_certs, make_node_keys
+    from fedwear.cli.flower_processes import make_certs, make_node_keys
 
     try:
         files = make_certs(folder, host or ["localhost", "127.0.0.1"])
@@ -55,7 +55,7 @@ def flower_node_keys(
     Give NAME.key to that SuperNode only (fedwear flower client --node-key) and NAME.pub to the
     SuperLink (fedwear flower superlink --node-keys).
     """
-    from fedwear.engines.flower_cli import make_node_keys
+    from fedwear.cli.flower_processes import make_node_keys
 
     try:
         files = make_node_keys(folder, names)
@@ -67,7 +67,7 @@ def flower_node_keys(
 @flower_app.command("app")
 def flower_app_cmd(folder: Path) -> None:
     """Write the Flower app folder (a pyproject naming fedwear's ServerApp and ClientApp)."""
-    from fedwear.engines.flower_cli import write_app
+    from fedwear.cli.flower_processes import write_app
 
     typer.echo(write_app(folder))
 
@@ -83,7 +83,7 @@ def flower_superlink(
     port: int = 8000,
 ) -> None:
     """Start Flower's SuperLink (TLS with --certs; SuperNode authentication with --node-keys)."""
-    from fedwear.engines.flower_cli import superlink_command
+    from fedwear.cli.flower_processes import superlink_command
 
     def command() -> list[str]:
         if certs is None and not insecure:
@@ -97,7 +97,7 @@ def flower_superlink(
 def _registrar(node_keys: list[Path], certs: Path | None, host: str,
                port: int) -> Callable[[subprocess.Popen], None]:
     """What registers the SuperNodes' public keys once the SuperLink process has started."""
-    from fedwear.engines.flower_cli import (
+    from fedwear.cli.flower_processes import (
         default_home,
         node_public_keys,
         register_nodes,
@@ -128,7 +128,7 @@ def flower_client(
     node_key: NodeKeyOpt = None,
 ) -> None:
     """Start a SuperNode that plays one client with its own data only."""
-    from fedwear.engines.flower_cli import supernode_command
+    from fedwear.cli.flower_processes import supernode_command
 
     _run_flower_process(
         lambda: supernode_command(config, superlink, _tls(ca, insecure), port, data_root, client, role, node_key),
@@ -140,7 +140,7 @@ def _run_flower_process(command: Callable[[], list[str]], home_tag: str,
                         after_start: Callable[[subprocess.Popen], None] | None = None) -> None:
     """Build a Flower command (user errors: one line), run it as a child with its own FLWR_HOME
     (signals forwarded to it) and exit with its status."""
-    from fedwear.engines.flower_cli import default_home, flower_env, run_foreground
+    from fedwear.cli.flower_processes import default_home, flower_env, run_foreground
 
     try:
         cmd = command()
@@ -161,7 +161,7 @@ def flower_serve(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the run already in --out")] = False,
 ) -> None:
     """Run CONFIG on a running SuperLink and its SuperNodes; streams the run's log."""
-    from fedwear.engines.flower_cli import default_home, is_loopback, run_child, serve_command
+    from fedwear.cli.flower_processes import default_home, is_loopback, run_child, serve_command
 
     try:
         if is_loopback(superlink) and config.is_file():  # the run directory is on this machine
@@ -187,7 +187,7 @@ def _report(out: Path, superlink: str) -> int:
     ``flwr run`` exits with 0 however the run ended, and the ServerApp writes the run directory
     on the SuperLink's machine: its summary is checked only when that machine is this one.
     """
-    from fedwear.engines.flower_cli import is_loopback
+    from fedwear.cli.flower_processes import is_loopback
 
     summary = out / "summary.json"
     if not summary.exists():
