@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedwear.evaluation",),
     ("fedwear.models",),
     ("fedwear.data",),
-    ("fedwear.errors", "fedwear.seeding", "fedwear.version"),
+    ("fedwear.errors", "fedwear.files", "fedwear.seeding", "fedwear.version"),
 ]
 
 
@@ -130,4 +130,25 @@ def test_no_module_outside_methods_names_a_method():
             if (isinstance(node, ast.Call) and "options" in ast.unparse(node.func)
                     and any(isinstance(a, ast.Constant) and a.value in names for a in node.args)):
                 found.append(f"{module}:{node.lineno} reads a method's options: {ast.unparse(node)}")
+    assert found == []
+
+
+def test_every_run_folder_file_is_named_once():
+    """The names of a run folder's files are constants of ``fedwear/files.py`` only: no other
+    module spells one in code (messages and docstrings may)."""
+    from fedwear import files
+
+    names = {v for k, v in vars(files).items() if k.isupper() and isinstance(v, str)} - {"report", "tensorboard"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "files.py":
+            continue
+        tree = ast.parse(path.read_text())
+        prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+        prose |= {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) not in prose and isinstance(node.value, str):
+                hits = [n for n in names if node.value == n or node.value.endswith("/" + n)]
+                if hits:
+                    found.append(f"{module_name(path)}:{node.lineno} spells {hits[0]!r}")
     assert found == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedwear import rundir, tracking
+from fedwear import files, rundir, tracking
 from fedwear.callbacks import (
     CHECKPOINT,
     Checkpointer,
@@ -48,7 +48,7 @@ class Result:
 
     @property
     def metrics(self) -> pd.DataFrame:
-        return pd.read_csv(self.out_dir / "metrics.csv")
+        return pd.read_csv(self.out_dir / files.METRICS)
 
 
 def default_out_dir(cfg: RunConfig, latest: bool = False) -> Path:
@@ -191,7 +191,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
         finally:
             _detach_log()
         result.summary["flower_bytes"] = {"down": executor.bytes_down, "up": executor.bytes_up}
-        (out / "summary.json").write_text(json.dumps(result.summary, indent=2))
+        (out / files.SUMMARY).write_text(json.dumps(result.summary, indent=2))
     return result
 
 
@@ -202,7 +202,7 @@ def _start_out_dir(cfg: RunConfig, out: Path, quiet: bool, callbacks: list[Callb
         rundir.clear(out)
         rundir.write_marker(out)
     _attach_log(out)
-    (out / "config.yaml").write_text(dump_config(cfg))
+    (out / files.CONFIG).write_text(dump_config(cfg))
     early = [cb for cb in callbacks or [] if isinstance(cb, Pause)]  # before the checkpoint it asks for
     later = [cb for cb in callbacks or [] if not isinstance(cb, Pause)]
     # trackers see a round before its checkpoint: a kill in between logs it again, never loses it
@@ -247,13 +247,13 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
 
     from fedwear.summary import build_summary
 
-    metrics = pd.read_csv(out / "metrics.csv")
-    rounds = pd.read_csv(out / "rounds.csv")
-    wall = float(pd.read_csv(out / "timing.csv")["wall_s"].sum())  # all segments of a resumed run
+    metrics = pd.read_csv(out / files.METRICS)
+    rounds = pd.read_csv(out / files.ROUNDS)
+    wall = float(pd.read_csv(out / files.TIMING)["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
     # execution settings, out of the config hash; the thread count can change float rounding
     summary["versions"].update({"threads": torch.get_num_threads(), "nice": os.nice(0), **(execution or {})})
-    summary["warnings"] = warnings_logged(out / "run.log")
+    summary["warnings"] = warnings_logged(out / files.LOG)
     summary["clients"] = {"train": len(roster.clients), "new": len(roster.new_clients)}
     secure = cfg.flower.secagg.model_dump() if cfg.flower.secagg.enabled else False
     summary["privacy"] = {"dp": "none", "secure_aggregation": secure}
@@ -262,7 +262,7 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
     if paused:
         summary["paused_at"] = int(rounds["round"].max()) if len(rounds) else 0
         return Result(out, summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / files.SUMMARY).write_text(json.dumps(summary, indent=2))
     return Result(out, summary)
 
 
@@ -298,7 +298,7 @@ def _attach_log(out: Path) -> None:
     the warnings :func:`_early_warnings` held back."""
     _detach_log()
     log.setLevel(logging.INFO)
-    h = logging.FileHandler(out / "run.log")
+    h = logging.FileHandler(out / files.LOG)
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     h._fedwear_run = True  # type: ignore[attr-defined]
     for held in [x for x in log.handlers if getattr(x, "_fedwear_early", False)]:

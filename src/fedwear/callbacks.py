@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedwear import files
 from fedwear.config import KIND_METRICS
 from fedwear.engines import recordio
 from fedwear.engines.runner import Callback, RoundInfo, Runner
@@ -32,11 +33,11 @@ ROUND_COLUMNS = ["round", "n_clients", "clients", "bytes_down", "bytes_up", "dro
                  "train_loss", "eval_bytes_down", "eval_bytes_up", "training_bytes", "rejected"]
 #: Pooled confusion counts of a classification run (:class:`CsvSink`): per evaluated round x view x
 #: split, the windows of true class ``true`` predicted as ``pred`` summed over clients (nonzero cells).
-CONFUSION_FILE = "confusion.csv"
+CONFUSION_FILE = files.CONFUSION
 CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 #: The checkpoint of a run folder (:func:`save_checkpoint`).
-CHECKPOINT = "checkpoint.npz"
-LEGACY_CHECKPOINT = "checkpoint.pkl"  # run folder format 1's pickle: never loaded; named to recognise such folders
+CHECKPOINT = files.CHECKPOINT
+LEGACY_CHECKPOINT = files.LEGACY_CHECKPOINT  # run folder format 1's pickle: never loaded; named to recognise such folders
 log = logging.getLogger("fedwear")
 
 
@@ -83,9 +84,9 @@ class CsvSink(Callback):
     record it) goes on without one, so the file, when present, covers every evaluated round."""
 
     def __init__(self, out: Path) -> None:
-        self.metrics = CsvTable(out / "metrics.csv", ID_COLUMNS)
-        self.rounds = CsvTable(out / "rounds.csv", ROUND_COLUMNS)
-        self.timing = CsvTable(out / "timing.csv", ["round", "wall_s", "cpu_s"])
+        self.metrics = CsvTable(out / files.METRICS, ID_COLUMNS)
+        self.rounds = CsvTable(out / files.ROUNDS, ROUND_COLUMNS)
+        self.timing = CsvTable(out / files.TIMING, ["round", "wall_s", "cpu_s"])
         self.confusion: CsvTable | None = CsvTable(out / CONFUSION_FILE, CONFUSION_COLUMNS)
 
     def on_start(self, runner: Runner) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import yaml
 
+from fedwear import files
 from fedwear.config import load_config
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.rundir import RunLock
@@ -99,8 +100,8 @@ def compare(
             tests = tests_against({name: [(done[where], where) for n, _, where in runs if n == name]
                                    for name in names}, test_against, select, base)
         md, frame = comparison_table(summaries, select, base, tests)
-        (root / "table.md").write_text(md + "\n")
-        frame.to_csv(root / "table.csv", index=False)
+        (root / files.TABLE_MD).write_text(md + "\n")
+        frame.to_csv(root / files.TABLE_CSV, index=False)
     return Comparison(root, frame, md, summaries)
 
 
@@ -117,7 +118,7 @@ def report(path: str | Path, out_dir: str | Path | None = None, fmt: str = "png"
 
 def _runs_dataset(path: Path) -> str | None:
     """``dataset.name`` of the run at ``path`` or of the first run folder under it (config.yaml)."""
-    for cfg in [path / "config.yaml", *sorted(path.glob("*/config.yaml"))]:
+    for cfg in [path / files.CONFIG, *sorted(path.glob(f"*/{files.CONFIG}"))]:
         try:
             data = yaml.safe_load(cfg.read_text())
         except (OSError, UnicodeDecodeError, yaml.YAMLError):

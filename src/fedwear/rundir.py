@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedwear import files
 from fedwear.callbacks import (
     CHECKPOINT,
     CONFUSION_FILE,
@@ -50,24 +51,24 @@ from fedwear.summary import read_summary
 from fedwear.version import __version__, library_versions
 
 #: Written first into every run folder: what makes a folder a run folder.
-MARKER = ".fedwear-run"
+MARKER = files.MARKER
 #: Run folder format: 2 = checkpoints and client states as NPZ + JSON (1: pickles, no marker).
 FORMAT = 2
 #: The lock file of :class:`RunLock` (it names the holder).
-LOCK = ".fedwear-lock"
+LOCK = files.LOCK
 #: The files of ``fedwear report``'s folder (glob patterns, this version's and older ones').
 REPORT_FILES = ("index.html", "headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
                 "confusion-*.png", "f1-*.png", "cost.png", "bytes_*.png", "train_loss.png", "wall_time.png",
                 "embeddings-*.png", "embeddings-tsne.json", "forecast-*.png", "prototypes-*.png")
 #: What fedwear writes inside a run folder's subfolders (client states: ``STATE_FILE``); a
 #: figure's vector files (``fedwear report --format pdf|svg``) beside its PNG.
-SUBFOLDER_FILES = {"report": (*REPORT_FILES, *(f.removesuffix(".png") + ext for f in REPORT_FILES
+SUBFOLDER_FILES = {files.REPORT: (*REPORT_FILES, *(f.removesuffix(".png") + ext for f in REPORT_FILES
                                                  if f.endswith(".png") for ext in (".pdf", ".svg"))),
-                   "tensorboard": ("events.out.tfevents.*",)}
+                   files.TENSORBOARD: ("events.out.tfevents.*",)}
 #: Files (and folders) a run writes; ``--overwrite`` removes these (in folders, what fedwear wrote).
-RUN_FILES = ("config.yaml", "metrics.csv", "rounds.csv", "timing.csv", CONFUSION_FILE, "summary.json", CHECKPOINT,
-             "checkpoint.tmp", LEGACY_CHECKPOINT, STATES_FOLDER, "run.log", "report", "tracking.json",
-             "tensorboard")
+RUN_FILES = (files.CONFIG, files.METRICS, files.ROUNDS, files.TIMING, CONFUSION_FILE, files.SUMMARY, CHECKPOINT,
+             files.CHECKPOINT_TMP, LEGACY_CHECKPOINT, STATES_FOLDER, files.LOG, files.REPORT, files.TRACKING,
+             files.TENSORBOARD)
 
 
 @dataclass
@@ -94,7 +95,7 @@ def foreign_files(out: Path) -> list[str]:
 def looks_like_old_run(out: Path) -> bool:
     """A run folder of a fedwear without markers: its config and metrics, nothing foreign."""
     names = {p.name for p in out.iterdir()} - {LOCK}
-    return {"config.yaml", "metrics.csv"} <= names and names <= set(RUN_FILES)
+    return {files.CONFIG, files.METRICS} <= names and names <= set(RUN_FILES)
 
 
 def write_marker(out: Path) -> None:
@@ -113,8 +114,8 @@ def finished_summary(cfg: RunConfig, out: Path) -> dict | None:
     """The summary of the finished run of ``cfg`` in ``out``, or None (reading nothing else)."""
     if not is_run(out) or _config_hash(out) != cfg.hash():
         return None
-    data = _read_json(out / "summary.json")
-    return None if data is None else read_summary(data, out / "summary.json")
+    data = _read_json(out / files.SUMMARY)
+    return None if data is None else read_summary(data, out / files.SUMMARY)
 
 
 def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool = False) -> Plan:
@@ -161,7 +162,7 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
     ckpt = load_checkpoint(out / CHECKPOINT)
     if ckpt["config_hash"] != cfg.hash():
         raise FedwearError(f"{out / CHECKPOINT} belongs to another config: rerun with --overwrite")
-    written = last_round(out / "rounds.csv")
+    written = last_round(out / files.ROUNDS)
     if written < ckpt["round"]:
         raise FedwearError(
             f"{out / CHECKPOINT} is at round {ckpt['round']} but rounds.csv ends at round {written}: "
@@ -283,7 +284,7 @@ class RunLock:
         os.write(fd, f"fedwear (pid {os.getpid()} on host {socket.gethostname()}, since {started})\n".encode())
         self.fd = fd
         try:
-            refuse_links(self.out, "client_states", "report")
+            refuse_links(self.out, files.STATES, files.REPORT)
         except FedwearError:
             self.__exit__()
             raise
@@ -303,7 +304,7 @@ class RunLock:
 
 def _config_hash(out: Path) -> str | None:
     try:
-        return load_config(out / "config.yaml").hash()
+        return load_config(out / files.CONFIG).hash()
     except ConfigError:
         return None
 

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedwear import files
 from fedwear.config import RunConfig, dump_config, flat_params
 from fedwear.engines.runner import Callback, RoundInfo
 from fedwear.errors import ConfigError
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from fedwear.engines.runner import Runner
 
 #: The run directory's record of the MLflow run a resumed run continues.
-RECORD = "tracking.json"
+RECORD = files.TRACKING
 PACKAGES = {"mlflow": "mlflow", "tensorboard": "tensorboard"}
 
 
@@ -158,7 +159,7 @@ class TensorBoardTracker(Tracker):
         from torch.utils.tensorboard import SummaryWriter
 
         resumed = runner.start_round > 1
-        self.writer = SummaryWriter(str(self.out / "tensorboard"), purge_step=runner.start_round if resumed else None)
+        self.writer = SummaryWriter(str(self.out / files.TENSORBOARD), purge_step=runner.start_round if resumed else None)
         if not resumed:
             self.writer.add_text("config", "```\n" + dump_config(self.cfg) + "\n```", 0)
 

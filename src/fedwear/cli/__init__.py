@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from fedwear import files
 from fedwear.cli.common import (
     PARALLEL,
     ExecutorOpt,
@@ -128,7 +129,7 @@ def compare(
     except KeyboardInterrupt as e:
         interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
     typer.echo(result.markdown)
-    typer.echo(f"\ntable: {result.out_dir / 'table.md'} and {result.out_dir / 'table.csv'}")
+    typer.echo(f"\ntable: {result.out_dir / files.TABLE_MD} and {result.out_dir / files.TABLE_CSV}")
     _exit_on_failed_rounds({f"{result.out_dir / name}-s{s['seed']}": s
                             for name, runs in result.summaries.items() for s in runs})
 

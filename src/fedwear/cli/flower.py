@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from fedwear import files
 from fedwear.cli.common import fail
 from fedwear.errors import FedwearError
 
@@ -189,10 +190,10 @@ def _report(out: Path, superlink: str) -> int:
     """
     from fedwear.cli.flower_processes import is_loopback
 
-    summary = out / "summary.json"
+    summary = out / files.SUMMARY
     if not summary.exists():
         if is_loopback(superlink):
-            typer.echo(f"error: the run did not finish: see the log above and {out.resolve() / 'run.log'}", err=True)
+            typer.echo(f"error: the run did not finish: see the log above and {out.resolve() / files.LOG}", err=True)
             return 1
         typer.echo(f"run directory (on the SuperLink's machine): {out.resolve()}")
         return 0

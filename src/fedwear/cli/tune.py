@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from fedwear import files
 from fedwear.cli.common import SetOpt, console_logging, fail, interrupted, parse_seeds
 from fedwear.errors import FedwearError
 
@@ -57,7 +58,7 @@ def tune(
     except KeyboardInterrupt as e:
         interrupted(e, "run the same command again: the study keeps its finished trials")
     typer.echo(md)
-    typer.echo(f"\ntable: {root / 'best' / 'table.md'}")
+    typer.echo(f"\ntable: {root / 'best' / files.TABLE_MD}")
 
 
 def _print_study(study) -> None:
@@ -94,6 +95,6 @@ def _best_table(config: Path, sets: list[str], tuned: list[str], seeds: list[int
     md, frame = comparison_table(summaries, "final", load_config(config, sets))
     md += f"\n\n{method}-tuned: {' '.join(tuned)} (the study's best trial, chosen on the val split)"
     root.mkdir(parents=True, exist_ok=True)
-    (root / "table.md").write_text(md + "\n")
-    frame.to_csv(root / "table.csv", index=False)
+    (root / files.TABLE_MD).write_text(md + "\n")
+    frame.to_csv(root / files.TABLE_CSV, index=False)
     return md

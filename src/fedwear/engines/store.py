@@ -26,12 +26,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
+from fedwear import files
 from fedwear.engines import recordio
 from fedwear.errors import FedwearError
 from fedwear.methods.api import Record
 
 #: The disk store's folder inside the run directory.
-FOLDER = "client_states"
+FOLDER = files.STATES
 
 
 class ClientStore(Mapping[str, Record]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from fedwear import files
 from fedwear.errors import FedwearError
 from fedwear.report import html
 from fedwear.report.classes import (
@@ -86,7 +87,7 @@ def _run_meta(run: Run) -> list[str]:
 def _comparison_meta(cmp: Comparison) -> list[str]:
     runs = cmp.all_runs
     seeds = "; ".join(f"{m}: {', '.join(str(r.seed) for r in rs)}" for m, rs in cmp.runs.items())
-    table = cmp.path / "table.md"
+    table = cmp.path / files.TABLE_MD
     return [
         f"{len(cmp.runs)} method(s): <b>{escape(', '.join(cmp.methods))}</b>; "
         f"seeds {escape(seeds)}",
@@ -158,8 +159,8 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
     PCFedH's encoder; they load the data too)."""
     target = load(Path(path))
     if out is None:  # the run folder's own: nothing is written through a link there
-        refuse_links(Path(path), "report")
-    out = Path(out) if out is not None else Path(path) / "report"
+        refuse_links(Path(path), files.REPORT)
+    out = Path(out) if out is not None else Path(path) / files.REPORT
     groups: Groups = {target.name: [target]} if isinstance(target, Run) else target.runs
     if reference is not None and reference not in groups:
         raise FedwearError(f"--reference {reference!r} is not a method of {path} ({', '.join(groups)}): "
@@ -170,7 +171,7 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                            "a regression run: add --embeddings or drop --root")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for pattern in SUBFOLDER_FILES["report"]:  # an earlier report's files, which may no longer apply
+        for pattern in SUBFOLDER_FILES[files.REPORT]:  # an earlier report's files, which may no longer apply
             for old in out.glob(pattern):
                 if old.is_file() and not old.is_symlink():
                     old.unlink()

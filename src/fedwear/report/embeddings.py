@@ -31,6 +31,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.lines import Line2D
 
+from fedwear import files
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.config import RunConfig, load_config
 from fedwear.data import dataset_module, load_federated
@@ -119,7 +120,7 @@ class Skipped:
 def run_config(run_dir: Path, root: Path | None = None) -> RunConfig:
     """The run's config.yaml, with ``dataset.root`` replaced by ``root`` when given; a one-line
     error when the data folder it names is missing."""
-    path = Path(run_dir) / "config.yaml"
+    path = Path(run_dir) / files.CONFIG
     cfg = load_config(path)
     if root is not None:
         cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"root": str(root)})})
@@ -408,7 +409,7 @@ def _still_valid(panel: Panel | None, run: Run) -> bool:
     if panel is None or run.unfinished:
         return False
     try:
-        same_config = load_config(run.path / "config.yaml").hash() == panel.config_hash
+        same_config = load_config(run.path / files.CONFIG).hash() == panel.config_hash
     except FedwearError:
         return False
     return same_config and panel.final_round == run.summary.get("final_round")
@@ -423,7 +424,7 @@ def run_panel(run: Run, root: Path | None, data_cache: dict) -> Panel | Skipped:
         return r
     xy = np.round(tsne(r.z).astype(float), 5)  # as saved: a redrawn panel is the same
     return Panel(method=r.method, seed=r.seed, round=r.round, final_round=r.final_round,
-                 config_hash=load_config(run.path / "config.yaml").hash(), model=r.model, data=r.data,
+                 config_hash=load_config(run.path / files.CONFIG).hash(), model=r.model, data=r.data,
                  colour=r.colour, class_names=r.class_names, dim=int(r.z.shape[1]), xy=xy,
                  y=np.asarray(r.y, int), client=r.client, view=r.view, kept=r.kept)
 

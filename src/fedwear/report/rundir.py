@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from fedwear import files
 from fedwear.config import flat_params, load_config
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.evaluation.metrics import first_impossible
@@ -24,14 +25,14 @@ from fedwear.summary import aggregate_metrics, build_summary, metric_columns, re
 from fedwear.version import __version__
 
 REQUIRED = {
-    "metrics.csv": ["round", "client", "view", "split", "n"],
-    "rounds.csv": ["round", "bytes_down", "bytes_up", "train_loss"],
-    "timing.csv": ["round", "wall_s"],
+    files.METRICS: ["round", "client", "view", "split", "n"],
+    files.ROUNDS: ["round", "bytes_down", "bytes_up", "train_loss"],
+    files.TIMING: ["round", "wall_s"],
 }
-RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json")
+RUN_MARKERS = (files.CONFIG, files.METRICS, files.SUMMARY)
 #: The pooled confusion counts of a classification run (``fedwear.callbacks.CONFUSION_FILE``;
 #: run folders made before fedwear recorded it have none).
-CONFUSION = "confusion.csv"
+CONFUSION = files.CONFUSION
 CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 #: run.log's data line: ``data: <name>, <rate> Hz, window <w>, <Q> classes (<a>, <b>, ...); ...``
 DATA_LINE = re.compile(r" INFO data: .*?, window \d+, (\d+) classes \((.*)\); \d+ training clients")
@@ -103,7 +104,7 @@ class Run:
         of 6 ...``), without its timestamp; None when run.log is missing or records no end (the
         run is still going, or was killed)."""
         try:
-            lines = (self.path / "run.log").read_text(errors="replace").splitlines()
+            lines = (self.path / files.LOG).read_text(errors="replace").splitlines()
         except OSError:
             return None
         last = lines[-1] if lines else ""
@@ -141,7 +142,7 @@ class Run:
         """The class names in index order, from run.log's data line (None when run.log is missing
         or does not name them unambiguously)."""
         try:
-            text = (self.path / "run.log").read_text(errors="replace")
+            text = (self.path / files.LOG).read_text(errors="replace")
         except OSError:
             return None
         found = DATA_LINE.search(text)
@@ -156,7 +157,7 @@ class Run:
         but its seed, as dotted keys and text values; None when config.yaml is missing or does
         not validate."""
         try:
-            tree = load_config(self.path / "config.yaml").settings()
+            tree = load_config(self.path / files.CONFIG).settings()
         except ConfigError:
             return None
         tree.pop("seed", None)
@@ -259,30 +260,30 @@ def load_run(path: Path) -> Run:
     CSV files as ``fedwear run`` builds it at the end, marked ``unfinished``: up to the last
     round of rounds.csv (a line torn by a kill is left out), and with no row in metrics.csv
     when it stopped before its first evaluation."""
-    unfinished = not (path / "summary.json").is_file() and (path / "config.yaml").is_file()
-    summary = {} if unfinished else _read_summary(path / "summary.json")
+    unfinished = not (path / files.SUMMARY).is_file() and (path / files.CONFIG).is_file()
+    summary = {} if unfinished else _read_summary(path / files.SUMMARY)
     frames = {name: _read_csv(path / name, cols) for name, cols in REQUIRED.items()}
     if unfinished:  # rows of a round whose rounds.csv line was never written are not that far yet
-        last = frames["rounds.csv"]["round"].max() if len(frames["rounds.csv"]) else -1
+        last = frames[files.ROUNDS]["round"].max() if len(frames[files.ROUNDS]) else -1
         frames = {name: f[f["round"] <= last] for name, f in frames.items()}
-    metrics = frames["metrics.csv"]
+    metrics = frames[files.METRICS]
     if not metric_columns(metrics):
-        raise FedwearError(f"{path / 'metrics.csv'}: no numeric metric column (e.g. accuracy); "
+        raise FedwearError(f"{path / files.METRICS}: no numeric metric column (e.g. accuracy); "
                            "the file is damaged: rerun the experiment with `fedwear run`")
     if len(metrics) and not (metrics["split"] == "test").any():
-        raise FedwearError(f"{path / 'metrics.csv'}: no rows on the test split; "
+        raise FedwearError(f"{path / files.METRICS}: no rows on the test split; "
                            "rerun the experiment with `fedwear run`")
     if unfinished:
-        summary = _provisional_summary(path, metrics, frames["rounds.csv"], frames["timing.csv"])
-    return Run(path, _read_config(path / "config.yaml"), summary, metrics,
-               frames["rounds.csv"], frames["timing.csv"])
+        summary = _provisional_summary(path, metrics, frames[files.ROUNDS], frames[files.TIMING])
+    return Run(path, _read_config(path / files.CONFIG), summary, metrics,
+               frames[files.ROUNDS], frames[files.TIMING])
 
 
 def _provisional_summary(path: Path, metrics: pd.DataFrame, rounds: pd.DataFrame, timing: pd.DataFrame) -> dict:
     try:
-        cfg = load_config(path / "config.yaml")
+        cfg = load_config(path / files.CONFIG)
     except ConfigError as e:
-        raise FedwearError(f"{path / 'summary.json'} is missing (the run did not finish) and {e}") from None
+        raise FedwearError(f"{path / files.SUMMARY} is missing (the run did not finish) and {e}") from None
     summary = build_summary(cfg, metrics, rounds, float(timing["wall_s"].sum()), __version__)
     return {**summary, "seed": cfg.seed, "unfinished": True,
             "rounds_run": int(rounds["round"].max()) if len(rounds) else 0, "rounds_planned": cfg.rounds}
@@ -298,7 +299,7 @@ def load_comparison(path: Path, subdirs: list[Path]) -> Comparison:
         cmp.runs.setdefault(run.name, []).append(run)
     for runs in cmp.runs.values():
         runs.sort(key=_seed_order)
-    order = _table_order(path / "table.csv")
+    order = _table_order(path / files.TABLE_CSV)
     ranked = sorted(cmp.runs, key=lambda m: (order.index(m) if m in order else len(order)))
     cmp.runs = {m: cmp.runs[m] for m in ranked}
     return cmp

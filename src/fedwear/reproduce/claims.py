@@ -35,6 +35,7 @@ import pandas as pd
 import yaml
 from statsmodels.stats.multitest import multipletests
 
+from fedwear import files
 from fedwear.config import KIND_METRICS, RunConfig, task_kind
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, first_impossible
@@ -192,7 +193,7 @@ class RunReader:
         if where not in self._metrics:
             metrics = matching_metrics(cfg, where)
             if metrics is not None:
-                check_values(metrics, where / "metrics.csv")
+                check_values(metrics, where / files.METRICS)
             self._metrics[where] = metrics
         return self._metrics[where]
 
@@ -602,7 +603,7 @@ def tests_against(runs: dict[str, list[tuple[dict, Path]]], reference: str, sele
 
     def values(summary: dict, where: Path) -> pd.Series:
         r = summary["final_round"] if select == "final" else summary["best_rounds"].get(view, summary["best_round"])
-        m = pd.read_csv(where / "metrics.csv")
+        m = pd.read_csv(where / files.METRICS)
         rows = m[(m["view"] == view) & (m["split"] == "test") & (m["round"] == r)]
         return rows.set_index(rows["client"].astype(str))[metric].astype(float).dropna() * scale
 

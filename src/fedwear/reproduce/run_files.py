@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from fedwear import files
 from fedwear.config import RunConfig, load_config
 from fedwear.errors import FedwearError
 from fedwear.rundir import last_round
@@ -22,17 +23,17 @@ def matching_metrics(cfg: RunConfig, where: Path, at_round: int | None = None) -
     """``where``'s ``metrics.csv`` when the folder holds a run of ``cfg`` (same config hash) with at
     least one evaluated round (up to ``at_round`` when given: the run as it stood then); None when
     it was not run yet or is a run of another config."""
-    if not (where / "metrics.csv").exists() or not (where / "config.yaml").exists():
+    if not (where / files.METRICS).exists() or not (where / files.CONFIG).exists():
         return None
     if of_another_config(cfg, where):
         return None
-    metrics = cut(pd.read_csv(where / "metrics.csv"), at_round)
+    metrics = cut(pd.read_csv(where / files.METRICS), at_round)
     return None if metrics.empty else metrics
 
 
 def of_another_config(cfg: RunConfig, where: Path) -> bool:
     """Whether ``where`` holds a run of a config other than ``cfg`` (its table's config changed since)."""
-    return (where / "config.yaml").exists() and load_config(where / "config.yaml").hash() != cfg.hash()
+    return (where / files.CONFIG).exists() and load_config(where / files.CONFIG).hash() != cfg.hash()
 
 
 def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]],
@@ -57,7 +58,7 @@ def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, P
 def short_of(where: Path, at_round: int) -> bool:
     """Whether an unfinished run has not reached ``at_round`` yet (its numbers would be of a
     smaller budget than the other rows')."""
-    return not (where / "summary.json").exists() and rounds_run(where) < at_round
+    return not (where / files.SUMMARY).exists() and rounds_run(where) < at_round
 
 
 def cut(frame: pd.DataFrame, at_round: int | None) -> pd.DataFrame:
@@ -67,7 +68,7 @@ def cut(frame: pd.DataFrame, at_round: int | None) -> pd.DataFrame:
 
 def timing(where: Path, at_round: int | None = None) -> pd.DataFrame:
     """``timing.csv`` (one row per round, up to ``at_round`` when given), empty when the run has none."""
-    path = where / "timing.csv"
+    path = where / files.TIMING
     if not path.exists():
         return pd.DataFrame()
     try:
@@ -96,15 +97,15 @@ def rounds_done(where: Path) -> int:
 
 def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
     """How far a table's runs got: finished runs, and rounds done out of all rounds planned."""
-    finished = sum((where / "summary.json").exists() for _, _, where in runs)
-    done = sum(cfg.rounds if (where / "summary.json").exists() else rounds_done(where) for _, cfg, where in runs)
+    finished = sum((where / files.SUMMARY).exists() for _, _, where in runs)
+    done = sum(cfg.rounds if (where / files.SUMMARY).exists() else rounds_done(where) for _, cfg, where in runs)
     planned = sum(cfg.rounds for _, cfg, _ in runs)
     return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
 
 
 def rounds_run(where: Path, at_round: int | None = None) -> int:
     """The last round in a run folder's ``rounds.csv`` (0 when none), or ``at_round`` if that is earlier."""
-    last = last_round(where / "rounds.csv")
+    last = last_round(where / files.ROUNDS)
     return last if at_round is None else min(last, at_round)
 
 

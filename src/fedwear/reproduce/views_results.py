@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedwear import files
 from fedwear.compare import Planned
 from fedwear.config import EvaluationConfig
 from fedwear.reproduce import Experiment, paper_table
@@ -80,7 +81,7 @@ def _cost(where: Path, at_round: int | None) -> dict:
         t = t[t["round"] > 0]
         if len(t) and "cpu_s" in t:
             out["cpu_s"] = float(t["cpu_s"].median())
-    rounds = where / "rounds.csv"
+    rounds = where / files.ROUNDS
     if rounds.exists():
         r = cut(pd.read_csv(rounds), at_round)
         r = r[r["round"] > 0]
