@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import fedwear
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
 from fedwear.methods import batched, build_method
-from fedwear.methods.api import Task
+from fedwear.methods.api import Task, Training
 from fedwear.methods.batched import ClientJob, train_together
 from fedwear.methods.training import train_epochs
 from fedwear.models import build_model
@@ -127,7 +127,7 @@ def test_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config):
 def assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config, atol=1e-6):
     """``fit_together`` against ``fit`` on the same inputs, every round of a batched run
     (``tests/test_gpu.py`` runs it on cuda)."""
-    cls = type(build_method(Task(config(method=method, **sets), 32, 3, 3, 6)))
+    cls = type(build_method(Task(Training.of(config(method=method, **sets)), 32, 3, 3, 6)))
     real, checked = cls.fit_together, []
 
     def compared(self, jobs):
@@ -151,7 +151,7 @@ def assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config, 
 def test_only_declared_steps_on_small_models_are_vectorised():
     def method(name, **sets):
         cfg = tiny_config(method=name, **sets)
-        return build_method(Task(cfg, 32, 3, 3, 6))
+        return build_method(Task(Training.of(cfg), 32, 3, 3, 6))
     assert method("fedavg").vectorizable and method("local").vectorizable and method("fedper").vectorizable
     assert method("fedprox").vectorizable  # FedAvg's step plus the proximal term train_together adds
     assert method("scaffold").vectorizable
@@ -161,4 +161,4 @@ def test_only_declared_steps_on_small_models_are_vectorised():
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable
     assert not method("fedavg", **{"model.name": "lstm", "model.options": {}}).vectorizable  # vmap falls back
     cfg = tiny_config(**{"model.name": "harcnn", "model.options": {}})
-    assert not build_method(Task(cfg, 512, 6, 12, 14)).vectorizable  # compute-bound: no gain
+    assert not build_method(Task(Training.of(cfg), 512, 6, 12, 14)).vectorizable  # compute-bound: no gain

@@ -8,7 +8,7 @@ import torch
 import fedwear
 from fedwear.config import ConfigError
 from fedwear.methods import METHODS
-from fedwear.methods.api import Method
+from fedwear.methods.api import Method, Training
 from fedwear.methods.fedavg import FedAvg
 from tests.helpers import tiny_config
 
@@ -64,7 +64,7 @@ def test_auto_keeps_a_cpu_only_method_on_the_cpu_of_a_gpu_machine(monkeypatch, c
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for method, device in (("fedavg", "cuda"), (cpu_only, "cpu")):
-        stand_in = SimpleNamespace(task=Task(tiny_config(method=method, device="auto"), 32, 3, 3, 6),
+        stand_in = SimpleNamespace(task=Task(Training.of(tiny_config(method=method, device="auto")), 32, 3, 3, 6),
                                    devices=METHODS[method].devices)
         assert Method.device.fget(stand_in) == device, method
 

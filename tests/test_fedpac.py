@@ -208,7 +208,7 @@ def test_head_step_then_body_step(monkeypatch):
     assert [c[0] for c in calls] == ["head", "body"]
     (_, h_grad, h_opt, h_epochs, h_lr, h_moved), (_, b_grad, b_opt, b_epochs, b_lr, b_moved) = calls
     assert h_grad == h_opt == {"head"} and h_epochs == 2
-    assert h_lr == pytest.approx(10 * m.task.config.optimizer.lr) and b_lr == pytest.approx(m.task.config.optimizer.lr)
+    assert h_lr == pytest.approx(10 * m.task.training.optimizer.lr) and b_lr == pytest.approx(m.task.training.optimizer.lr)
     assert not h_moved["body"] and h_moved["head"] == HEAD  # the body unchanged by step 1
     assert b_grad == b_opt == {"body"} and b_epochs is None  # local_epochs
     assert not b_moved["head"] and b_moved["body"] == {k for k in m.initial if k.startswith("body.")}

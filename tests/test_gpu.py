@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import fedwear
 from fedwear.cli import app
 from fedwear.methods import METHODS
-from fedwear.methods.api import Method, Task
+from fedwear.methods.api import Method, Task, Training
 from tests.helpers import PHASES, config_for
 from tests.test_batched import PERSIST, assert_fit_together_equals_fit
 
@@ -58,7 +58,7 @@ def test_every_method_runs_on_a_gpu(method):
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_auto_picks_cuda_for_every_method_on_a_gpu_machine(monkeypatch, method):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    stand_in = type("StandIn", (), {"task": Task(config_for(method, device="auto"), 32, 3, 3, 6),
+    stand_in = type("StandIn", (), {"task": Task(Training.of(config_for(method, device="auto")), 32, 3, 3, 6),
                                     "devices": METHODS[method].devices})()
     assert Method.device.fget(stand_in) == "cuda"
 

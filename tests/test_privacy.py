@@ -21,7 +21,7 @@ from tests.helpers import tiny_config  # noqa: E402
 def method_and_data(**overrides):
     cfg = tiny_config(**overrides)
     data = load_federated(cfg.dataset, cfg.seed)
-    return private(build_method(Task.of(cfg, data))), data
+    return private(build_method(Task.of(cfg, data)), cfg.privacy), data
 
 
 def test_client_update_is_clipped_and_weight_is_one():

@@ -126,7 +126,7 @@ def run(
         # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
         if data is None:
             data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-        method = private(build_method(Task.of(cfg, data)))
+        method = private(build_method(Task.of(cfg, data)), cfg.privacy)
         threads = cfg.threads or choose_threads(getattr(method, "model", None), data.window,
                                                 len(data.channels), cfg.batch_size)
         roster = Roster.of(method, data)
@@ -180,7 +180,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
         rundir.plan(cfg, out, resume=False, overwrite=overwrite)
         executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
         roster = roster_from_nodes(executor.info)
-        method = private(build_method(roster.task(cfg)))
+        method = private(build_method(roster.task(cfg)), cfg.privacy)
         cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
         try:
             log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),

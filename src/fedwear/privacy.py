@@ -28,9 +28,10 @@ def _dp():
 
 
 class CentralDP:
-    """Wraps ``method``: clipped client updates, noisy equal-weight mean on the server."""
+    """Wraps ``method``: clipped client updates, noisy equal-weight mean on the server
+    (``settings``: the config's ``privacy`` block)."""
 
-    def __init__(self, method: Method) -> None:
+    def __init__(self, method: Method, settings) -> None:
         if not getattr(method, "mean_aggregation", False):
             raise ConfigError(
                 f"privacy.dp=central: {method.name} does not aggregate by a mean of client arrays; "
@@ -38,7 +39,7 @@ class CentralDP:
             )
         _dp()
         self.inner = method
-        self.settings = method.task.config.privacy
+        self.settings = settings
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -77,7 +78,7 @@ class CentralDP:
         noisy = [out.arrays[k].copy() for k in keys]
         saved = np.random.get_state()
         try:  # Flower draws from numpy's global generator: seed it per round
-            np.random.seed(derive_seed(self.inner.task.config.seed, "dp", round) % 2**32)
+            np.random.seed(derive_seed(self.inner.task.training.seed, "dp", round) % 2**32)
             dp.add_gaussian_noise_inplace(noisy, std)
         finally:
             np.random.set_state(saved)
@@ -93,8 +94,9 @@ class CentralDP:
                 "epsilon": None, "epsilon_note": "no accountant installed; compute epsilon from z, sampling rate and rounds (e.g. RDP)"}
 
 
-def private(method: Method) -> Method:
-    """``method`` wrapped for ``privacy.dp`` of its config (unchanged when dp is none)."""
-    if method.task.config.privacy.dp == "central":
-        return CentralDP(method)  # type: ignore[return-value]
+def private(method: Method, settings) -> Method:
+    """``method`` wrapped for the config's ``privacy`` block ``settings`` (unchanged when its dp
+    is none)."""
+    if settings.dp == "central":
+        return CentralDP(method, settings)  # type: ignore[return-value]
     return method

@@ -34,7 +34,7 @@ from fedwear.engines.robust import robust_aggregate
 from fedwear.engines.rows import RowRules, rows_problem
 from fedwear.errors import FedwearError
 from fedwear.methods import Method, Record, Task
-from fedwear.methods.api import WEIGHT, Selection, client_classes
+from fedwear.methods.api import WEIGHT, Selection, Training, client_classes
 from fedwear.seeding import client_schedule
 
 log = logging.getLogger("fedwear")
@@ -146,7 +146,7 @@ class Roster:
         )
 
     def task(self, cfg: RunConfig) -> Task:
-        return Task(cfg, self.window, self.channels, self.num_classes, len(self.clients), self.kind,
+        return Task(Training.of(cfg), self.window, self.channels, self.num_classes, len(self.clients), self.kind,
                     tuple(self.target), dict(self.classes))
 
 

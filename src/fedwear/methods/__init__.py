@@ -49,8 +49,8 @@ def parse_options(name: str, raw: dict | None) -> Options:
 
 def build_method(task: Task) -> Method:
     """The configured method (``fedwear.privacy.private`` wraps it for ``privacy.dp``)."""
-    cfg = task.config
-    return method_class(cfg.method)(task, parse_options(cfg.method, cfg.method_options.get(cfg.method)))
+    cfg = task.training
+    return method_class(cfg.method)(task, parse_options(cfg.method, cfg.options))
 
 
 __all__ = ["METHODS", "Method", "Options", "Record", "Task", "build_method", "method_class", "parse_options"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict
 from fedwear.evaluation.predictor import Predictor
 
 if TYPE_CHECKING:
-    from fedwear.config import RunConfig
     from fedwear.data.types import ClientData, FederatedData
 
 Scalar = int | float | str | bool
@@ -102,6 +101,40 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+@dataclass(frozen=True)
+class Training:
+    """The settings of a run that a method reads, taken from its config by :meth:`of`; a method
+    never sees the rest of the config (where the data lives, the engine, tracking...)."""
+
+    method: str
+    options: dict[str, Any]  # method_options.<method>, validated by the method's Options
+    seed: int
+    rounds: int
+    local_epochs: int
+    batch_size: int
+    drop_last: bool
+    grad_clip: float | None
+    device: str  # cpu or cuda (``auto`` resolved by :attr:`Method.device`)
+    precision: str
+    model: str
+    model_options: dict[str, Any]
+    optimizer: Any  # the config's ``optimizer`` block: name, lr, momentum, weight_decay, persist, ...
+    eval_batch_size: int
+    personal_model: str  # evaluation.personal_model
+    adapt_epochs: int  # evaluation.adapt_epochs
+    dp: str  # privacy.dp
+
+    @staticmethod
+    def of(config) -> Training:
+        """From a :class:`fedwear.config.RunConfig` (read by attribute: the method layer does not
+        import the config's)."""
+        ev = config.evaluation
+        return Training(config.method, dict(config.method_options.get(config.method) or {}), config.seed,
+                        config.rounds, config.local_epochs, config.batch_size, config.drop_last, config.grad_clip,
+                        config.device, config.precision, config.model.name, dict(config.model.options),
+                        config.optimizer, ev.batch_size, ev.personal_model, ev.adapt_epochs, config.privacy.dp)
+
+
 @dataclass
 class Task:
     """What a method needs to know about the data and the run, nothing engine-specific.
@@ -110,7 +143,7 @@ class Task:
     to the target's units (``value * scale + shift``, :class:`fedwear.data.types.FederatedData`).
     """
 
-    config: RunConfig
+    training: Training
     window: int
     channels: int
     num_classes: int  # 0 for regression
@@ -127,9 +160,10 @@ class Task:
         return 1 if self.kind == "regression" else self.num_classes
 
     @staticmethod
-    def of(config: RunConfig, data: FederatedData) -> Task:
-        return Task(config, data.window, len(data.channels), data.num_classes, len(data.clients), data.kind,
-                    tuple(data.target), client_classes(data))
+    def of(config, data: FederatedData) -> Task:
+        """The task of a run's config (a :class:`fedwear.config.RunConfig`) on ``data``."""
+        return Task(Training.of(config), data.window, len(data.channels), data.num_classes, len(data.clients),
+                    data.kind, tuple(data.target), client_classes(data))
 
 
 def client_classes(data: FederatedData) -> dict[str, tuple[int, ...]]:
@@ -179,7 +213,7 @@ class Method:
     def device(self) -> str:
         """The torch device the method's tensors live on: the config's ``device``; ``auto`` is
         cuda when torch sees a GPU and the class declares it in ``devices``, else cpu."""
-        wanted = self.task.config.device
+        wanted = self.task.training.device
         if wanted == "auto":
             import torch
 

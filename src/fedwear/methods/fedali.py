@@ -113,11 +113,11 @@ class FedAli(FedAvg):
     def new_model(self) -> SplitModel:
         """HART with ALP layers from the config's ``hart`` options (the ALP defaults when it has
         none), initialised from the run seed."""
-        cfg = self.task.config
-        if cfg.model.name != "hart":
+        cfg = self.task.training
+        if cfg.model != "hart":
             raise ConfigError(f"method=fedali needs model.name=hart (its ALP layers live in HART's blocks); "
-                              f"got model.name={cfg.model.name}")
-        options = dict(cfg.model.options)
+                              f"got model.name={cfg.model}")
+        options = dict(cfg.model_options)
         if options.get("alp") is False:
             raise ConfigError("method=fedali needs HART's ALP layers: remove model.options.alp=false")
         options["alp"] = options.get("alp") or {}
@@ -149,7 +149,7 @@ class FedAli(FedAvg):
         keys = [k for k in server.arrays if k in reps[0].arrays]
         new = weighted_mean(reps, keys)
         o = self.options
-        seed = derive_seed(self.task.config.seed, "fedali-kmeans", round)
+        seed = derive_seed(self.task.training.seed, "fedali-kmeans", round)
         for prefix, key in self.local_keys.items():
             points = np.concatenate([r.arrays[key] for r in reps])
             protos = kmeans_prototypes(points, new[key], o.kmeans_max_iter, o.kmeans_tol, seed)

@@ -85,7 +85,7 @@ class FedAvg(Method):
 
     def __init__(self, task: Task, options: BaseOptions) -> None:
         super().__init__(task, options)
-        cfg = task.config
+        cfg = task.training
         self.model: SplitModel = self.new_model()
         self.initial = model_arrays(self.model, PARTS)
         self.local_epochs = cfg.local_epochs
@@ -95,12 +95,12 @@ class FedAvg(Method):
     # ---- model helpers ------------------------------------------------------------------
     def new_model(self) -> SplitModel:
         """The model, initialised deterministically from the run seed (same on every client)."""
-        cfg = self.task.config
+        cfg = self.task.training
         with torch.random.fork_rng():
             torch.manual_seed(cfg.seed)
             return build_model(
-                cfg.model.name, self.task.window, self.task.channels, self.task.num_outputs,
-                **cfg.model.options,
+                cfg.model, self.task.window, self.task.channels, self.task.num_outputs,
+                **cfg.model_options,
             ).to(self.device)
 
     def on_device(self, a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -120,7 +120,7 @@ class FedAvg(Method):
         holds the learning rate the schedule has reached and never steps it (Meta-HAR's
         fine-tuning steps the user's optimiser but not its scheduler, Chain123/Meta-HAR met-har.py); the kept
         scheduler position is then left as it was."""
-        o = self.task.config.optimizer
+        o = self.task.training.optimizer
         opt = make_optimizer(part_parameters(model, parts), o.name, lr or o.lr, o.momentum, o.weight_decay, o.eps)
         sched = None
         if o.scheduler == "step":
@@ -145,9 +145,9 @@ class FedAvg(Method):
             batch_size=self.batch_size,
             generator=torch.Generator().manual_seed(seed),
             loss_fn=loss_fn or self.loss,
-            clip=self.task.config.grad_clip if clip else None,
+            clip=self.task.training.grad_clip if clip else None,
             shuffle=shuffle,
-            drop_last=self.task.config.drop_last,
+            drop_last=self.task.training.drop_last,
             before_step=lambda: self.before_step(model),
             after_step=lambda: self.after_step(model),
             after_epoch=opt.end_epoch,
@@ -273,7 +273,7 @@ class FedAvg(Method):
         """The momentum buffers the client's optimiser ``optimizer`` over ``trained`` kept
         (``optimizer.persist``), by parameter name; None when it has none yet."""
         buffers = [state.arrays.get(f"optim.{optimizer}.{i}.momentum_buffer") for i in range(len(trained))]
-        if not self.task.config.optimizer.persist or any(b is None for b in buffers):
+        if not self.task.training.optimizer.persist or any(b is None for b in buffers):
             return None
         return {n: torch.from_numpy(np.array(b)) for n, b in zip(trained, buffers, strict=True)}
 
@@ -285,7 +285,7 @@ class FedAvg(Method):
         kept = {n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.personal}
         if self.keeps_trained:
             kept.update({TRAINED + n: a for n, a in arrays.items()})
-        if self.task.config.optimizer.persist:
+        if self.task.training.optimizer.persist:
             for name, buffers in momenta.items():
                 kept.update({f"optim.{name}.{i}.momentum_buffer": host(b).copy() for i, b in enumerate(buffers.values())})
         return self.carry(state, Record(kept))
@@ -295,7 +295,7 @@ class FedAvg(Method):
         (``step`` overrides or adds arguments); on a GPU in chunks of at most ``_max_together``
         clients, halved whenever the GPU runs out of memory (the clients are independent: their
         numbers do not depend on the chunks)."""
-        cfg = self.task.config
+        cfg = self.task.training
         o = cfg.optimizer
         step = {"epochs": self.local_epochs, "batch_size": self.batch_size, "lr": o.lr, "momentum": o.momentum,
                 "weight_decay": o.weight_decay, "clip": cfg.grad_clip, "regression": self.task.kind == "regression",
@@ -323,10 +323,10 @@ class FedAvg(Method):
         """Whether ``fit_many`` can train clients together: the class's step (``trains_together``), SGD
         without a scheduler in fp32, every parameter trained, a pure model (no buffers or
         dropout) small enough for batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
-        o, t = self.task.config.optimizer, self.task
+        o, t = self.task.training.optimizer, self.task
         trained = set(self.trained_parts)
         return (
-            self.trains_together and not self.task.config.drop_last and self.task.config.precision == "fp32"
+            self.trains_together and not self.task.training.drop_last and self.task.training.precision == "fp32"
             and o.name == "sgd" and o.scheduler == "none"
             and all(n.split(".", 1)[0] in trained for n, _ in self.model.named_parameters())
             and batched.can_vectorize(self.model)
@@ -338,7 +338,7 @@ class FedAvg(Method):
         """The ``personal`` parts, plus each optimiser's state when ``optimizer.persist``, plus the
         whole trained model under ``trained.`` when ``evaluation.personal_model: trained``."""
         arrays = model_arrays(model, self.personal)
-        if self.task.config.optimizer.persist:
+        if self.task.training.optimizer.persist:
             for opt in opts:
                 arrays.update(opt.state_arrays())
         if self.keeps_trained:
@@ -347,7 +347,7 @@ class FedAvg(Method):
 
     @property
     def keeps_trained(self) -> bool:
-        return self.task.config.evaluation.personal_model == "trained"
+        return self.task.training.personal_model == "trained"
 
     def rebuilt_by_fit(self) -> tuple[str, ...]:
         """The ``trained.`` model: every ``fit`` replaces it and none reads it."""
@@ -385,7 +385,7 @@ class FedAvg(Method):
         torch.manual_seed(seed)
         model = self.load(down, Record())
         opt = self.optimizer(model, parts, Record(), lr=lr)
-        self.train(model, opt, data, seed, epochs=self.task.config.evaluation.adapt_epochs, loss_fn=loss_fn)
+        self.train(model, opt, data, seed, epochs=self.task.training.adapt_epochs, loss_fn=loss_fn)
         return Record(model_arrays(model, self.personal))
 
 

@@ -64,10 +64,10 @@ class FedHome(FedAvg):
 
     def __init__(self, task: Task, options: FedHomeOptions) -> None:
         super().__init__(task, options)
-        self.first_personal = task.config.rounds - options.personal_rounds + 1
+        self.first_personal = task.training.rounds - options.personal_rounds + 1
         if self.first_personal <= 1:
             log.warning("fedhome: personal_rounds (%d) >= rounds (%d): no FedAvg phase, heads train on "
-                        "the initial body", options.personal_rounds, task.config.rounds)
+                        "the initial body", options.personal_rounds, task.training.rounds)
 
     def personal_round(self, round: int) -> bool:
         return round >= self.first_personal
@@ -130,7 +130,7 @@ class FedHome(FedAvg):
         idx = np.concatenate([np.flatnonzero(labels == c) for c in kept] or [np.zeros(0, np.int64)])
         r, labels = r[idx], labels[idx]
         if len(kept) > 1:
-            seed = derive_seed(self.task.config.seed, "fedhome-smote", 0, data.client_id)  # one per client
+            seed = derive_seed(self.task.training.seed, "fedhome-smote", 0, data.client_id)  # one per client
             r, labels = SMOTE(random_state=seed % 2**32).fit_resample(r, labels)
         return torch.from_numpy(np.ascontiguousarray(r, np.float32)), torch.from_numpy(labels.astype(np.int64))
 

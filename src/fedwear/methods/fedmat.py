@@ -66,9 +66,9 @@ class FedMAT(FedAvg):
     mean_aggregation = False
 
     def __init__(self, task: Task, options: FedMATOptions) -> None:
-        if task.config.model.name != "fedmat":
+        if task.training.model != "fedmat":
             raise ConfigError(f"method=fedmat needs model.name=fedmat (masks on the shared network's activations); "
-                              f"got model.name={task.config.model.name}")
+                              f"got model.name={task.training.model}")
         super().__init__(task, options)
         self.hidden = self.model.head.fc.in_features
 

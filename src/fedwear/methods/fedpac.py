@@ -324,7 +324,7 @@ class FedPAC(FedAvg):
         code``, whose outputs depend on the batch's other windows)."""
         was = model.training
         model.eval()
-        step = self.task.config.evaluation.batch_size
+        step = self.task.training.eval_batch_size
         with torch.no_grad():
             z = torch.cat([model.features(x[i : i + step]) for i in range(0, len(x), step)])
         model.train(was)
@@ -343,7 +343,7 @@ class FedPAC(FedAvg):
         x, y = tensors(data)  # the host's (for the class bookkeeping below) and the device's copy
         xd, yd = x.to(self.device), y.to(self.device)
         head_opt = self.optimizer(model, ("head",), state, name="head",
-                                  lr=o.head_lr_factor * self.task.config.optimizer.lr)
+                                  lr=o.head_lr_factor * self.task.training.optimizer.lr)
         with frozen(model.body):
             self.train(model, head_opt, data, seed, epochs=o.head_epochs, loss_fn=self.head_loss, x=xd, y=yd)
 
@@ -385,7 +385,7 @@ class FedPAC(FedAvg):
     def adapt(self, down: Record, data: ClientData, seed: int) -> Record:
         """A new client trains a head on the global body for ``evaluation.adapt_epochs`` epochs
         with the head step's objective and learning rate (as FedPer / FedRep)."""
-        lr = self.options.head_lr_factor * self.task.config.optimizer.lr
+        lr = self.options.head_lr_factor * self.task.training.optimizer.lr
         return self.train_personal(Record({k: down.arrays[k] for k in self.body_keys}), data, seed,
                                    self.personal, self.head_loss, lr)
 

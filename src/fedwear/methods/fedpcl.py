@@ -171,7 +171,7 @@ class FedPCL(FedAvg):
         """The configured model with FedPCL's projection, initialised from the run seed."""
         model = super().new_model()
         with torch.random.fork_rng():
-            torch.manual_seed(self.task.config.seed)
+            torch.manual_seed(self.task.training.seed)
             t = self.task
             return Projected(model, t.window, t.channels, self.options.projection_dim, t.num_outputs).to(self.device)
 

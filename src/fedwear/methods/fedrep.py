@@ -81,7 +81,7 @@ class FedRep(FedAvg):
         on the frozen heads (``body_step``: more arguments of the body step's ``train_together``)."""
         head, body = self.parameter_names(("head",)), self.parameter_names(("body",))
         work = [self.client_job(down, state, data, seed, "head", head) for down, state, data, seed in jobs]
-        heads = self.train_together(work, trained=head, lr=self.options.head_lr or self.task.config.optimizer.lr,
+        heads = self.train_together(work, trained=head, lr=self.options.head_lr or self.task.training.optimizer.lr,
                                     epochs=self.options.head_epochs)
         for job, res, (_, state, _, seed) in zip(work, heads, jobs, strict=True):
             job.weights, job.seed = res.weights, derive_seed(seed, "body")

@@ -39,7 +39,7 @@ class FedReptile(Reptile):
         """A training user fine-tunes with its own optimiser (``reptile.py``'s ``adapt_train``), whose
         moments it keeps; its learning rate stays where the schedule has brought it."""
         evaluate, opt = self.tune(down, state, data, seed)
-        if not self.task.config.optimizer.persist:
+        if not self.task.training.optimizer.persist:
             return Personalized(evaluate)
         return Personalized(evaluate, Record({**state.arrays, **opt.state_arrays()}, dict(state.scalars)))
 

@@ -94,7 +94,7 @@ class IFCA(ClusterModels):
         """The task's loss of every cluster model, averaged over the client's train windows
         (summed on the model's device in float64, as Python's float sum: one copy to the host)."""
         x, y = (t.to(self.device) for t in tensors(data))
-        bs = self.task.config.evaluation.batch_size
+        bs = self.task.training.eval_batch_size
         totals = []
         for k in range(self.opt.clusters):
             model = self.cluster_model(down, k)

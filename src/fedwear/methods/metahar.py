@@ -122,7 +122,7 @@ class MetaHAR(Reptile):
                 opt = self.optimizer(model, ("body",), Record(kept), scheduled=False)
                 self.train(model, opt, data, derive_seed(seed, "pairs", n), epochs=epochs, x=x, y=y,
                            loss_fn=self.chunk_loss)
-                if self.task.config.optimizer.persist:
+                if self.task.training.optimizer.persist:
                     kept.update(opt.state_arrays())
             head = user_head(self.dim, classes, kept, derive_seed(seed, "head"), self.device)
             params = list(head.parameters()) + ([] if o.finetune == "separated" else list(model.body.parameters()))

@@ -85,7 +85,7 @@ class Moon(FedAvg):
         if self.options.projection_dim is None:
             return model
         with torch.random.fork_rng():
-            torch.manual_seed(self.task.config.seed)
+            torch.manual_seed(self.task.training.seed)
             t, dim = self.task, self.options.projection_dim
             return Projected(model, t.window, t.channels, dim, t.num_outputs).to(self.device)
 

@@ -121,7 +121,7 @@ class PCFedH(SoftClustered):
         super().__init__(task, options)
         self.opt: PCFedHOptions = options
         with torch.random.fork_rng():
-            torch.manual_seed(task.config.seed)
+            torch.manual_seed(task.training.seed)
             self.encoder = TSEncoder(task.channels, options.output, options.hidden, options.depth).to(self.device)
         self.encoder_initial = module_arrays(self.encoder)
 

@@ -122,7 +122,7 @@ class Scaffold(FedAvg):
             job.correction = self.correction
             work.append(job)
             variates.append((self.params, self.c, self.ci))
-        o = self.task.config.optimizer
+        o = self.task.training.optimizer
         out = []
         for job, res, (_, state, data, _), variate in zip(work, self.train_together(work), jobs, variates, strict=True):
             self.params, self.c, self.ci = variate  # as begin_fit left them for this client

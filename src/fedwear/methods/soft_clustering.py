@@ -39,12 +39,12 @@ class SoftClusterOptions(Options):
 
 def cluster_initial(task: Task, k: int) -> list[dict[str, np.ndarray]]:
     """K independent initialisations of the configured model, each from its own seed."""
-    cfg = task.config
+    cfg = task.training
     out = []
     for j in range(k):
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(cfg.seed, "cluster", j))
-            model = build_model(cfg.model.name, task.window, task.channels, task.num_outputs, **cfg.model.options)
+            model = build_model(cfg.model, task.window, task.channels, task.num_outputs, **cfg.model_options)
         out.append(model_arrays(model, PARTS))
     return out
 
@@ -97,7 +97,7 @@ class SoftClustered(ClusterModels):
     def draw(self, server: Record, round: int, all_clients: list[str], shares: np.ndarray | None = None) -> Selection:
         """Per cluster, ``per_cluster`` clients without replacement with probabilities ``v_.k``
         (``shares``: ``[N, K]``, default the server's ``v``); the round's seed draws."""
-        rng = np.random.default_rng(derive_seed(self.task.config.seed, "select", round))
+        rng = np.random.default_rng(derive_seed(self.task.training.seed, "select", round))
         v = np.stack([server.arrays[V + c] for c in all_clients]) if shares is None else shares
         plan: Plan = {}
         for k in range(v.shape[1]):

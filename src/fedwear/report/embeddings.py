@@ -175,7 +175,7 @@ def class_names(cfg: RunConfig, data: FederatedData) -> list[str]:
 # ---- embeddings -----------------------------------------------------------------------------
 def model_text(m: Method) -> str:
     """Which weights a client's body and head come from, in words."""
-    if m.task.config.evaluation.personal_model == "trained" and m.rebuilt_by_fit():
+    if m.task.training.personal_model == "trained" and m.rebuilt_by_fit():
         return "each client's model right after its latest local training (evaluation.personal_model: trained)"
     shared, personal = tuple(getattr(m, "shared", ())), tuple(getattr(m, "personal", ()))
     parts = []
