@@ -96,6 +96,7 @@ def kmeans_prototypes(points: np.ndarray, init: np.ndarray, max_iter: int = 300,
 
 class FedAli(FedAvg):
     name = "fedali"
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
     summary = ("FedAli (Ek et al. 2024): FedAvg on HART with ALP layers; the server k-means the clients' "
                "local prototypes per block into the next round's global and local prototypes.")
     Options = FedAliOptions
@@ -132,8 +133,6 @@ class FedAli(FedAvg):
         ``evaluation.at_start``): ``first_round_beta`` up to round 1, then the model's."""
         first = self.options.first_round_beta
         return first if round <= 1 and first is not None else self.beta
-
-    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
 
     def configure(self, server: Record, client: str, round: int) -> Record:
         """The server's weights with this round's beta in every ALP layer."""

@@ -56,6 +56,7 @@ class FedHomeOptions(Options):
 
 class FedHome(FedAvg):
     name = "fedhome"
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
     summary = "FedHome (Wu et al. 2020): FedAvg, then each client trains its own head on SMOTE-balanced representations."
     kinds = ("classification",)  # class prototypes / class balancing
     Options = FedHomeOptions
@@ -75,8 +76,6 @@ class FedHome(FedAvg):
     # ---- server -------------------------------------------------------------------------
     def select(self, server, round, scheduled, all_clients):
         return list(all_clients) if self.personal_round(round) else scheduled
-
-    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
 
     def configure(self, server: Record, client: str, round: int) -> Record:
         """The global model; in phase 2 marked so that a reply without arrays is valid."""

@@ -229,6 +229,7 @@ def combination_weights(h: np.ndarray, v: np.ndarray, eig_clip: float = 0.01, fl
 # ---- the method ---------------------------------------------------------------------------------
 class FedPAC(FedAvg):
     name = "fedpac"
+    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
     summary = ("FedPAC (Xu et al. 2023): head step, then the body with feature alignment to global prototypes; "
                "bodies averaged, each client's head a QP-weighted combination of the round's heads.")
     kinds = ("classification",)  # class prototypes and per-class statistics
@@ -259,8 +260,6 @@ class FedPAC(FedAvg):
         """Client ``client``'s combined head as ``head.*`` arrays (empty before its first round)."""
         prefix = f"{COMBINED}{client}/"
         return {k[len(prefix):]: a for k, a in server.arrays.items() if k.startswith(prefix)}
-
-    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
 
     def configure(self, server: Record, client: str, round: int) -> Record:
         """The body, the global prototypes and mask, and this client's own combined head."""

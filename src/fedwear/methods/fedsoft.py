@@ -54,8 +54,6 @@ class FedSoft(SoftClustered):
     def select(self, server, round, scheduled, all_clients):
         return list(all_clients) if self.phase(round) == ESTIMATE else self.draw(server, round, all_clients)
 
-    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
-
     def configure(self, server: Record, client: str, round: int) -> Record:
         return Record(self.cluster_arrays(server), {"phase": self.phase(round)})
 

@@ -189,8 +189,6 @@ class PCFedH(SoftClustered):
             v = v * (own[:, None] == np.arange(v.shape[1]))
         return self.draw(server, round, all_clients, v)
 
-    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
-
     def configure(self, server: Record, client: str, round: int) -> Record:
         phase = self.phase(round)
         if phase == SOFT:

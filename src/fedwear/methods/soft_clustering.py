@@ -63,6 +63,7 @@ class ClusterModels(FedAvg):
     shared = ()
     personal = ()
     mean_aggregation = False  # a mean per cluster, not one mean of all replies
+    same_model_for_all = False  # a model per cluster
 
     def __init__(self, task: Task, options: Options) -> None:
         super().__init__(task, options)
@@ -70,8 +71,6 @@ class ClusterModels(FedAvg):
 
     def init_server(self) -> Record:
         return Record({CLUSTER.format(k) + n: a for k, init in enumerate(self.cluster_initial) for n, a in init.items()})
-
-    same_model_for_all = False  # its own configure: not FedAvg's one global model for every client
 
     def configure(self, server: Record, client: str, round: int) -> Record:
         """All K cluster models."""
