@@ -17,18 +17,20 @@ import csv
 import statistics
 from pathlib import Path
 
+from fedwear import files
+
 
 def run_dirs(paths: list[str]) -> list[Path]:
     out = []
     for p in map(Path, paths):
-        out += [p] if (p / "timing.csv").is_file() else sorted(d for d in p.iterdir() if (d / "timing.csv").is_file())
+        out += [p] if (p / files.TIMING).is_file() else sorted(d for d in p.iterdir() if (d / files.TIMING).is_file())
     return out
 
 
 def share(run: Path) -> dict:
-    with (run / "timing.csv").open(newline="") as f:
+    with (run / files.TIMING).open(newline="") as f:
         cpu = {int(r["round"]): float(r["cpu_s"]) for r in csv.DictReader(f)}
-    with (run / "metrics.csv").open(newline="") as f:
+    with (run / files.METRICS).open(newline="") as f:
         evaluated = {int(r["round"]) for r in csv.DictReader(f)} & set(cpu)
     plain = [c for r, c in cpu.items() if r not in evaluated]
     train = statistics.median(plain) if plain else 0.0

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fedwear import files
+
 MARK = "FEDALI_COST_JSON "
 TABLE = "fedali:table1-uci_hapt"
 METHODS = ("fedavg", "fedper", "fedprox", "moon", "fedproto", "fedpac", "fedali")
@@ -60,7 +62,7 @@ def child(args: argparse.Namespace) -> dict:
 
         ClientRuntime.fit = timed_fit
         fedwear.run(cfg, Path(tmp) / "run")
-        with open(Path(tmp) / "run" / "rounds.csv") as f:
+        with open(Path(tmp) / "run" / files.ROUNDS) as f:
             rows = list(csv.DictReader(f))
     return {"fit_cpu_s": [fit_cpu[r] for r in sorted(fit_cpu)],
             "held": [float(r["training_bytes"] or "nan") for r in rows],

@@ -34,12 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 import fedwear
+from fedwear import files
 from fedwear.config import load_config
 from fedwear.data.preprocess import bundled_root
+from fedwear.rundir import read_table
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -63,7 +64,7 @@ def round_seconds(config: str, root: Path, rounds: int, **sets) -> float:
     cfg = load_config(REPO / config, [f"{k}={v}" for k, v in raw.items()])
     with tempfile.TemporaryDirectory() as out:
         fedwear.run(cfg, Path(out) / "run")
-        timing = pd.read_csv(Path(out) / "run" / "timing.csv")
+        timing = read_table(Path(out) / "run" / files.TIMING)
     return float(timing["wall_s"].iloc[1 : rounds - 1].median())
 
 

@@ -21,11 +21,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedwear import files
+from fedwear.rundir import read_table
+
 
 def last_round_errors(run_dir: Path, metric: str = "mse", round: int | None = None) -> tuple[int, pd.Series]:
     """Round and per-client ``metric`` of the run's last evaluated round (or ``round``; personalized
     view, test split)."""
-    m = pd.read_csv(run_dir / "metrics.csv")
+    m = read_table(run_dir / files.METRICS)
     m = m[(m["view"] == "personalized") & (m["split"] == "test")]
     r = int(m["round"].max()) if round is None else round
     last = m[m["round"] == r]
@@ -47,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     left_out = [c for c in args.without.split(",") if c]
     for run in args.runs:
-        if not (run / "metrics.csv").is_file():
+        if not (run / files.METRICS).is_file():
             ap.error(f"{run}: no metrics.csv (not a run folder, or a run that has not evaluated yet)")
         r, mse = last_round_errors(run, round=args.round)
         if mse.empty:

@@ -24,8 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedwear import files
 from fedwear.errors import FedwearError
 from fedwear.report.embeddings import Restored, restore_run
+from fedwear.rundir import read_table
 from fedwear.seeding import derive_seed
 
 
@@ -65,7 +67,7 @@ def cluster_moves(r: Restored) -> dict[int, float]:
 
 
 def personalized_rows(run: Path) -> pd.DataFrame:
-    m = pd.read_csv(run / "metrics.csv")
+    m = read_table(run / files.METRICS)
     return m[(m["view"] == "personalized") & (m["split"] == "test")].reset_index(drop=True)
 
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
+from fedwear import files
+from fedwear.rundir import read_table
 from fedwear.summary import aggregate_metrics
 
 
 def accuracy_by_round(run: Path, views: list[str]) -> dict[int, dict[str, float]]:
-    path = run / "metrics.csv"
+    path = run / files.METRICS
     if not path.is_file():
         raise SystemExit(f"error: {path}: missing (is {run} a run folder?)")
-    agg = aggregate_metrics(pd.read_csv(path), weights="test")
+    agg = aggregate_metrics(read_table(path), weights="test")
     agg = agg[(agg["split"] == "test") & (agg["metric"] == "accuracy") & agg["view"].isin(views)]
     if agg.empty:
         raise SystemExit(f"error: {path}: no test rows for views {', '.join(views)}")

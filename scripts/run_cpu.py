@@ -14,13 +14,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
 import yaml
+
+from fedwear import files
+from fedwear.rundir import read_table
 
 
 def run_cpu(folder: Path) -> dict[str, float]:
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    t = pd.read_csv(folder / "timing.csv")
+    t = read_table(folder / files.TIMING)
     t = t[t["round"] > 0]
     every, last = cfg["evaluation"]["every"], cfg["rounds"]
     evaluated = t[(t["round"] % every == 0) | (t["round"] == last)]

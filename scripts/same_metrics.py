@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedwear import files
+from fedwear.rundir import read_table
+
 
 def metrics(run: Path) -> pd.DataFrame:
-    path = run / "metrics.csv"
+    path = run / files.METRICS
     if not path.is_file():
         raise SystemExit(f"error: {run}: no metrics.csv (not a run folder, or no evaluation yet)")
-    return pd.read_csv(path)
+    return read_table(path)
 
 
 def main(argv: list[str]) -> int:

@@ -18,9 +18,11 @@ import json
 from pathlib import Path
 from statistics import mean
 
+from fedwear import files
+
 
 def final_accuracy(run: Path, view: str) -> float:
-    path = run / "summary.json"
+    path = run / files.SUMMARY
     if not path.is_file():
         raise SystemExit(f"error: {path}: missing (run not finished; pass only seeds it has run)")
     final = json.loads(path.read_text())["final"]

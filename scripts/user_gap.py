@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedwear import files
+from fedwear.rundir import read_table
+
 
 def correct(folder: Path, method: str, seed: int) -> pd.DataFrame:
     """Correct test windows and windows per (budget, client) of the personalized view, final round."""
-    d = pd.read_csv(folder / f"{method}-s{seed}" / "metrics.csv")
+    d = read_table(folder / f"{method}-s{seed}" / files.METRICS)
     d = d[(d["round"] == d["round"].max()) & d["view"].str.startswith("personalized@")]
     d = d.assign(budget=d["view"].str.split("@").str[1], ok=d["accuracy"] * d["n"])
     return d.set_index(["budget", "client"])[["ok", "n"]]

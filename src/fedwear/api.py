@@ -48,7 +48,7 @@ class Result:
 
     @property
     def metrics(self) -> pd.DataFrame:
-        return pd.read_csv(self.out_dir / files.METRICS)
+        return rundir.read_table(self.out_dir / files.METRICS)
 
 
 def default_out_dir(cfg: RunConfig, latest: bool = False) -> Path:
@@ -247,9 +247,9 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
 
     from fedwear.summary import build_summary
 
-    metrics = pd.read_csv(out / files.METRICS)
-    rounds = pd.read_csv(out / files.ROUNDS)
-    wall = float(pd.read_csv(out / files.TIMING)["wall_s"].sum())  # all segments of a resumed run
+    metrics = rundir.read_table(out / files.METRICS)
+    rounds = rundir.read_table(out / files.ROUNDS)
+    wall = float(rundir.read_table(out / files.TIMING)["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
     # execution settings, out of the config hash; the thread count can change float rounding
     summary["versions"].update({"threads": torch.get_num_threads(), "nice": os.nice(0), **(execution or {})})

@@ -25,6 +25,7 @@ its process dies, so a crash never leaves a folder locked.
 from __future__ import annotations
 
 import contextlib
+import csv
 import fcntl
 import fnmatch
 import json
@@ -32,8 +33,12 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
 
 from fedwear import files
 from fedwear.callbacks import (
@@ -47,6 +52,7 @@ from fedwear.config import RunConfig, load_config
 from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.engines.store import STATE_FILE
 from fedwear.errors import ConfigError, FedwearError
+from fedwear.evaluation.metrics import first_impossible
 from fedwear.summary import read_summary
 from fedwear.version import __version__, library_versions
 
@@ -314,3 +320,46 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+#: The text columns of a run folder's CSV files; every other column holds numbers.
+TEXT_COLUMNS = ("client", "view", "split", "clients", "dropped", "rejected")
+REREAD_FIX = "rerun the experiment with `fedwear run` (or finish it with --resume)"
+
+
+def read_table(path: Path, columns: Sequence[str] = (), fix: str = REREAD_FIX) -> pd.DataFrame:
+    """One of a run folder's CSV files (metrics, rounds, timing, confusion), read as the round loop
+    wrote it: a last line torn by a kill is left out; a missing file or column, text in a number
+    column or an impossible value is one :class:`FedwearError` naming the file, the line and
+    ``fix``."""
+    if not path.is_file():
+        raise FedwearError(f"{path} is missing; {fix}")
+    try:
+        frame = pd.read_csv(path)
+        if len(frame) and _torn(path, len(frame.columns)):
+            frame = frame.iloc[:-1]
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+        raise FedwearError(f"{path} is not a readable CSV ({type(e).__name__}); {fix}") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise FedwearError(f"{path} lacks the column(s) {', '.join(missing)}; {fix}")
+    if not len(frame):  # the header only (nothing recorded yet): its columns typed as when filled
+        frame = frame.astype({c: float for c in frame.columns if c not in TEXT_COLUMNS})
+    for column in (c for c in frame.columns if c not in TEXT_COLUMNS and not pd.api.types.is_numeric_dtype(frame[c])):
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        i = int(np.flatnonzero((numbers.isna() & frame[column].notna()).to_numpy())[0])
+        raise FedwearError(f"{path}, line {i + 2}: {column} is {frame[column].iloc[i]!r}, not a number; {fix}")
+    if (hit := first_impossible(frame)) is not None:
+        i, column = hit
+        raise FedwearError(f"{path}, line {i + 2}: {column} is {frame[column].iloc[i]}, not a possible value; {fix}")
+    return frame
+
+
+def _torn(path: Path, columns: int) -> bool:
+    """Whether the last line of ``path`` has fewer fields than the header: a write cut off by a
+    kill (fedwear writes whole lines, so only the last one can be torn)."""
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 65536))
+        tail = f.read().decode(errors="replace").splitlines()
+    last = next((line for line in reversed(tail) if line.strip()), "")
+    return len(next(csv.reader([last]), [])) < columns

@@ -6,21 +6,19 @@ and what to do, so the command line can print it as one line.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
 
 from fedwear import files
 from fedwear.config import flat_params, load_config
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.evaluation.metrics import first_impossible
+from fedwear.rundir import TEXT_COLUMNS, read_table
 from fedwear.summary import aggregate_metrics, build_summary, metric_columns, read_summary
 from fedwear.version import __version__
 
@@ -39,7 +37,7 @@ DATA_LINE = re.compile(r" INFO data: .*?, window \d+, (\d+) classes \((.*)\); \d
 #: Numeric columns of metrics.csv that count windows, not metrics (``n`` is an id column).
 COUNTS = ("n_train",)
 #: Text columns of the CSV files; every other column is a number.
-TEXT = ("client", "view", "split", "clients", "dropped", "rejected")
+TEXT = TEXT_COLUMNS
 
 
 @dataclass
@@ -320,38 +318,7 @@ def _seed_order(run: Run) -> tuple[int, int, str]:
 
 
 def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
-    fix = "rerun the experiment with `fedwear run` (or finish it with --resume)"
-    if not path.is_file():
-        raise FedwearError(f"{path} is missing; {fix}")
-    try:
-        frame = pd.read_csv(path)
-        if len(frame) and _torn(path, len(frame.columns)):
-            frame = frame.iloc[:-1]
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
-        raise FedwearError(f"{path} is not a readable CSV ({type(e).__name__}); {fix}") from None
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise FedwearError(f"{path} lacks the column(s) {', '.join(missing)}; {fix}")
-    if not len(frame):  # the header only (nothing recorded yet): its columns typed as when filled
-        frame = frame.astype({c: float for c in frame.columns if c not in TEXT})
-    for column in (c for c in frame.columns if c not in TEXT and not pd.api.types.is_numeric_dtype(frame[c])):
-        numbers = pd.to_numeric(frame[column], errors="coerce")
-        i = int(np.flatnonzero((numbers.isna() & frame[column].notna()).to_numpy())[0])
-        raise FedwearError(f"{path}, line {i + 2}: {column} is {frame[column].iloc[i]!r}, not a number; {fix}")
-    if (hit := first_impossible(frame)) is not None:
-        i, column = hit
-        raise FedwearError(f"{path}, line {i + 2}: {column} is {frame[column].iloc[i]}, not a possible value; {fix}")
-    return frame
-
-
-def _torn(path: Path, columns: int) -> bool:
-    """Whether the last line of ``path`` has fewer fields than the header: a write cut off by a
-    kill (fedwear writes whole lines, so only the last one can be torn)."""
-    with path.open("rb") as f:
-        f.seek(max(0, f.seek(0, 2) - 65536))
-        tail = f.read().decode(errors="replace").splitlines()
-    last = next((line for line in reversed(tail) if line.strip()), "")
-    return len(next(csv.reader([last]), [])) < columns
+    return read_table(path, columns)
 
 
 def _read_summary(path: Path) -> dict:

@@ -51,6 +51,7 @@ from fedwear.reproduce.calibration import (
 )
 from fedwear.reproduce.run_files import matching_metrics, of_another_config, rounds_run
 from fedwear.reproduce.seed_test import ALPHA, TEST_NAME, TEST_TEXT, SeedTest, seed_client_test
+from fedwear.rundir import read_table
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
 
@@ -603,7 +604,7 @@ def tests_against(runs: dict[str, list[tuple[dict, Path]]], reference: str, sele
 
     def values(summary: dict, where: Path) -> pd.Series:
         r = summary["final_round"] if select == "final" else summary["best_rounds"].get(view, summary["best_round"])
-        m = pd.read_csv(where / files.METRICS)
+        m = read_table(where / files.METRICS)
         rows = m[(m["view"] == view) & (m["split"] == "test") & (m["round"] == r)]
         return rows.set_index(rows["client"].astype(str))[metric].astype(float).dropna() * scale
 

@@ -11,8 +11,7 @@ import pandas as pd
 
 from fedwear import files
 from fedwear.config import RunConfig, load_config
-from fedwear.errors import FedwearError
-from fedwear.rundir import last_round
+from fedwear.rundir import last_round, read_table
 from fedwear.version import __version__
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ def matching_metrics(cfg: RunConfig, where: Path, at_round: int | None = None) -
         return None
     if of_another_config(cfg, where):
         return None
-    metrics = cut(pd.read_csv(where / files.METRICS), at_round)
+    metrics = cut(read_table(where / files.METRICS), at_round)
     return None if metrics.empty else metrics
 
 
@@ -71,15 +70,8 @@ def timing(where: Path, at_round: int | None = None) -> pd.DataFrame:
     path = where / files.TIMING
     if not path.exists():
         return pd.DataFrame()
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise FedwearError(f"{path} is not a readable CSV ({type(e).__name__}): continue the run with "
-                           "the same command, which rewrites it, or remove the run folder") from None
-    if "round" not in frame:
-        raise FedwearError(f"{path} has no round column: continue the run with the same command, "
-                           "which rewrites it, or remove the run folder")
-    return cut(frame, at_round)
+    fix = "continue the run with the same command, which rewrites it, or remove the run folder"
+    return cut(read_table(path, ["round"], fix), at_round)
 
 
 def total_cpu_s(where: Path, at_round: int | None = None) -> float:

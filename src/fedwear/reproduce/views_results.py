@@ -35,6 +35,7 @@ from fedwear.reproduce.run_files import (
     seed_cell,
     timing,
 )
+from fedwear.rundir import read_table
 from fedwear.summary import aggregate_metrics, best_round, per_client_best
 
 
@@ -83,7 +84,7 @@ def _cost(where: Path, at_round: int | None) -> dict:
             out["cpu_s"] = float(t["cpu_s"].median())
     rounds = where / files.ROUNDS
     if rounds.exists():
-        r = cut(pd.read_csv(rounds), at_round)
+        r = cut(read_table(rounds), at_round)
         r = r[r["round"] > 0]
         if len(r):
             out["bytes"] = float((r["bytes_down"] + r["bytes_up"]).mean())
