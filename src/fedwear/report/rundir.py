@@ -18,7 +18,7 @@ import yaml
 from fedwear import files
 from fedwear.config import flat_params, load_config
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.rundir import TEXT_COLUMNS, read_table
+from fedwear.rundir import read_table
 from fedwear.summary import aggregate_metrics, build_summary, metric_columns, read_summary
 from fedwear.version import __version__
 
@@ -36,8 +36,6 @@ CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 DATA_LINE = re.compile(r" INFO data: .*?, window \d+, (\d+) classes \((.*)\); \d+ training clients")
 #: Numeric columns of metrics.csv that count windows, not metrics (``n`` is an id column).
 COUNTS = ("n_train",)
-#: Text columns of the CSV files; every other column is a number.
-TEXT = TEXT_COLUMNS
 
 
 @dataclass
@@ -129,7 +127,7 @@ class Run:
         path = self.path / CONFUSION
         if not path.is_file():
             return None
-        frame = _read_csv(path, CONFUSION_COLUMNS)
+        frame = read_table(path, CONFUSION_COLUMNS)
         if self.unfinished:
             last = self.rounds["round"].max() if len(self.rounds) else -1
             frame = frame[frame["round"] <= last]
@@ -260,7 +258,7 @@ def load_run(path: Path) -> Run:
     when it stopped before its first evaluation."""
     unfinished = not (path / files.SUMMARY).is_file() and (path / files.CONFIG).is_file()
     summary = {} if unfinished else _read_summary(path / files.SUMMARY)
-    frames = {name: _read_csv(path / name, cols) for name, cols in REQUIRED.items()}
+    frames = {name: read_table(path / name, cols) for name, cols in REQUIRED.items()}
     if unfinished:  # rows of a round whose rounds.csv line was never written are not that far yet
         last = frames[files.ROUNDS]["round"].max() if len(frames[files.ROUNDS]) else -1
         frames = {name: f[f["round"] <= last] for name, f in frames.items()}
@@ -315,10 +313,6 @@ def _table_order(table: Path) -> list[str]:
 def _seed_order(run: Run) -> tuple[int, int, str]:
     """Integer seeds in order, then any others by name."""
     return (0, run.seed, "") if isinstance(run.seed, int) else (1, 0, str(run.seed))
-
-
-def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
-    return read_table(path, columns)
 
 
 def _read_summary(path: Path) -> dict:
