@@ -37,7 +37,6 @@ CONFUSION_FILE = files.CONFUSION
 CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 #: The checkpoint of a run folder (:func:`save_checkpoint`).
 CHECKPOINT = files.CHECKPOINT
-LEGACY_CHECKPOINT = files.LEGACY_CHECKPOINT  # run folder format 1's pickle: never loaded; named to recognise such folders
 log = logging.getLogger("fedwear")
 
 

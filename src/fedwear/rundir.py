@@ -44,12 +44,10 @@ from fedwear import files
 from fedwear.callbacks import (
     CHECKPOINT,
     CONFUSION_FILE,
-    LEGACY_CHECKPOINT,
     complete_rows,
     load_checkpoint,
 )
 from fedwear.config import RunConfig, load_config
-from fedwear.engines.store import FOLDER as STATES_FOLDER
 from fedwear.engines.store import STATE_FILE
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.evaluation.metrics import first_impossible
@@ -73,7 +71,7 @@ SUBFOLDER_FILES = {files.REPORT: (*REPORT_FILES, *(f.removesuffix(".png") + ext 
                    files.TENSORBOARD: ("events.out.tfevents.*",)}
 #: Files (and folders) a run writes; ``--overwrite`` removes these (in folders, what fedwear wrote).
 RUN_FILES = (files.CONFIG, files.METRICS, files.ROUNDS, files.TIMING, CONFUSION_FILE, files.SUMMARY, CHECKPOINT,
-             files.CHECKPOINT_TMP, LEGACY_CHECKPOINT, STATES_FOLDER, files.LOG, files.REPORT, files.TRACKING,
+             files.CHECKPOINT_TMP, files.LEGACY_CHECKPOINT, files.STATES, files.LOG, files.REPORT, files.TRACKING,
              files.TENSORBOARD)
 
 
@@ -191,7 +189,7 @@ def moved_since(checkpoint: dict) -> str | None:
 
 def _ours(folder: str, name: str) -> bool:
     """Whether fedwear wrote the file ``name`` in the run folder's subfolder ``folder``."""
-    if folder == STATES_FOLDER:
+    if folder == files.STATES:
         return STATE_FILE.fullmatch(name.removesuffix(".tmp")) is not None
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in SUBFOLDER_FILES.get(folder, ()))
 

@@ -30,7 +30,6 @@ REQUIRED = {
 RUN_MARKERS = (files.CONFIG, files.METRICS, files.SUMMARY)
 #: The pooled confusion counts of a classification run (``fedwear.callbacks.CONFUSION_FILE``;
 #: run folders made before fedwear recorded it have none).
-CONFUSION = files.CONFUSION
 CONFUSION_COLUMNS = ["round", "view", "split", "true", "pred", "count"]
 #: run.log's data line: ``data: <name>, <rate> Hz, window <w>, <Q> classes (<a>, <b>, ...); ...``
 DATA_LINE = re.compile(r" INFO data: .*?, window \d+, (\d+) classes \((.*)\); \d+ training clients")
@@ -124,7 +123,7 @@ class Run:
         predicted as ``pred``, summed over the clients), None when the run folder has none (made
         before fedwear recorded it, or a regression run); an unfinished run's up to the last
         round of rounds.csv."""
-        path = self.path / CONFUSION
+        path = self.path / files.CONFUSION
         if not path.is_file():
             return None
         frame = read_table(path, CONFUSION_COLUMNS)
