@@ -109,7 +109,8 @@ def report(path: str | Path, out_dir: str | Path | None = None, fmt: str = "png"
     """Write the report of a run or comparison folder (``out_dir``, default ``path/report``): the
     figures (PNG at 300 dpi; ``fmt`` ``pdf`` or ``svg`` adds each as that vector file) and one
     self-contained ``index.html``, whose path it returns. ``options``: those of ``fedwear report``
-    (``embeddings``, ``root``, ``forecast``, ``client``, ``tsne_windows``, ``reference``)."""
+    (``embeddings``, ``root``, ``forecast``, ``client``, ``tsne_windows``, ``reference``; ``command``: the
+    command line the page names as its maker)."""
     from fedwear.report.build import write_report
 
     path = Path(path)

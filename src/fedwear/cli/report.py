@@ -44,8 +44,7 @@ def report(
         "its PNG, for a paper")] = "png",
 ) -> None:
     """Write PNG plots and one self-contained index.html for a run or a comparison."""
-    from fedwear.commands import paper_numbers
-    from fedwear.report.build import write_report
+    from fedwear.commands import report as write_report
 
     command = command_line("fedwear report", [str(path)], (
         ("--out", out), ("--root", root), ("--client", client),
@@ -53,8 +52,8 @@ def report(
         ("--reference", reference), ("--format", fmt if fmt != "png" else None),
         ("--embeddings", embeddings or None), ("--no-forecast", None if forecast else True)))
     try:
-        index = write_report(path, out, embeddings, root, forecast, client, tsne_windows, command,
-                             reference=reference, paper=paper_numbers(path), fmt=fmt)
+        index = write_report(path, out, fmt, embeddings=embeddings, root=root, forecast=forecast, client=client,
+                             tsne_windows=tsne_windows, command=command, reference=reference)
     except FedwearError as e:
         fail(e)
     typer.echo(str(index))
