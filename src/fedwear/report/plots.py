@@ -540,8 +540,7 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
         fig.legend([Line2D([], [], color="#d62728", lw=2.2), Line2D([], [], color="black", lw=1.2)],
                    ["worst decile: mean of the worst 10 % of clients (mean over seeds)", "median"],
                    loc="outside lower center", ncol=2, frameon=False)
-        for ax in axes:
-            fit_tick_labels(ax)
+        fit_tick_labels(*axes)
         file = f"distribution-{metric}.png"
         _save(fig, out, file)
         rounds = sorted({str(r.summary.get("final_round")) for r in flat(groups)})

@@ -98,16 +98,18 @@ def overlapping_labels(fig) -> list[tuple[str, str]]:
     return pairs
 
 
-def fit_tick_labels(ax, gap_pt: float = 2.0) -> None:
-    """Turn ``ax``'s x tick labels 45° (anchored at their right end) when, drawn flat, two
+def fit_tick_labels(*axes, gap_pt: float = 2.0) -> None:
+    """Turn an axis's x tick labels 45° (anchored at their right end) when, drawn flat, two
     neighbours would come closer than ``gap_pt`` points; long labels on a narrow axis then stay
-    apart. Call it once the axis, its labels and the figure's size are set."""
-    fig = ax.figure
+    apart. Call it once the axes (of one figure), their labels and the figure's size are set: the
+    figure is drawn once for all of them."""
+    fig = axes[0].figure
     fig.canvas.draw()  # the constrained layout places the axes: the labels' boxes are final
     renderer = fig.canvas.get_renderer()
-    boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()),
-                   key=lambda b: b.x0)
     gap = gap_pt * fig.dpi / 72
-    if any(b.x0 - a.x1 < gap for a, b in zip(boxes, boxes[1:], strict=False)):
-        for label in ax.get_xticklabels():
-            label.set(rotation=45, ha="right", rotation_mode="anchor")
+    for ax in axes:
+        boxes = sorted((t.get_window_extent(renderer) for t in ax.get_xticklabels()
+                        if t.get_visible() and t.get_text()), key=lambda b: b.x0)
+        if any(b.x0 - a.x1 < gap for a, b in zip(boxes, boxes[1:], strict=False)):
+            for label in ax.get_xticklabels():
+                label.set(rotation=45, ha="right", rotation_mode="anchor")
