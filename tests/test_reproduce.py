@@ -170,6 +170,46 @@ def test_findings_are_listed_once_beside_the_flagged_rows_of_methods_that_ran(ta
     assert "⚠" not in text and not [line for line in text.splitlines() if line.startswith("- **")]
 
 
+def test_the_notes_file_beside_a_results_file_gives_its_prose(table, tmp_path):
+    """Protocol, implementations, differences and findings come from notes/<results name>.yaml in
+    the results file's folder; without one (fedwear installed alone) the file has no prose."""
+    from fedwear.compare import run_one
+    from fedwear.errors import ConfigError
+
+    runs = rp.plan(table, tmp_path / "runs", root=None)
+    run_one(*runs[1][1:], False, True)  # fedavg seed 0
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "r.yaml").write_text(
+        "protocol: three rounds\nvariants: {fedavg: the code's}\ndifferences: [the split, the order]\n"
+        "flagged: {fedavg: the seed}\n")
+    text = write_results(table, runs, tmp_path / "r.md", "cmd", tmp_path / "runs")
+    assert "Protocol: three rounds." in text
+    assert "Known differences from a run of the authors' code: the split; the order." in text
+    assert "| fedavg | the code's | 0 |" in text and "- **fedavg**: the seed." in text
+    alone = write_results(table, runs, tmp_path / "elsewhere" / "r.md", "cmd", tmp_path / "runs")
+    assert "Protocol:" not in alone and "Known differences" not in alone and "- **" not in alone
+    assert "| fedavg |  | 0 |" in alone
+    (tmp_path / "notes" / "r.yaml").write_text("protocl: three rounds\n")
+    with pytest.raises(ConfigError, match="a notes file is a mapping of protocol, variants"):
+        write_results(table, runs, tmp_path / "r.md", "cmd", tmp_path / "runs")
+
+
+def test_every_table_has_notes_beside_its_results_naming_only_its_methods():
+    from pathlib import Path
+
+    import yaml
+
+    notes = Path(__file__).resolve().parents[1] / "results" / "notes"
+    for exp in rp.EXPERIMENTS.values():
+        path = notes / f"{Path(exp.results).stem}.yaml"
+        got = yaml.safe_load(path.read_text())
+        assert got["protocol"], path
+        for key in ("variants", "flagged"):
+            assert set(got.get(key, {})) <= set(exp.methods), (path, key)
+    tables = {Path(exp.results).stem for exp in rp.EXPERIMENTS.values()}
+    assert {p.stem for p in notes.glob("*.yaml")} == tables  # none left over from a removed table
+
+
 def test_unknown_table_is_one_line(table):
     res = CliRunner().invoke(app, ["reproduce", "nope:t"])
     assert res.exit_code == 2 and "unknown table 'nope:t'" in res.output and "tiny:t" in res.output

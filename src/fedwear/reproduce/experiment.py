@@ -17,9 +17,10 @@ class Experiment:
     paper: str | None = None  # "<paper>:<table>" in papers/<paper>.yaml
     reference: str | None = None  # without a paper table: another experiment's runs to compare with
     rounds_table: str | None = None  # "<paper>:<table>" of rounds-to-target numbers
-    variants: dict[str, str] = field(default_factory=dict)  # method -> which implementation ran
     run_first: tuple[str, ...] = ()  # methods whose runs start first (seed by seed)
-    notes: str = ""
+    # prose of the results file, from its notes file (run_files.with_notes), empty without one:
+    variants: dict[str, str] = field(default_factory=dict)  # method -> which implementation ran
+    notes: str = ""  # the protocol
     differences: tuple[str, ...] = ()  # known differences from the authors' run, listed in the results
     flagged: dict[str, str] = field(default_factory=dict)  # method -> what the investigation of its ⚠ found
     results: str = "results.md"

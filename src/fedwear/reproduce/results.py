@@ -26,6 +26,7 @@ from fedwear.reproduce.run_files import (
     rounds_cell,
     seed_cell,
     timing,
+    with_notes,
 )
 from fedwear.reproduce.views_results import write_views_results
 from fedwear.summary import aggregate_metrics, best_round
@@ -97,8 +98,10 @@ def reference_table(exp: Experiment) -> dict:
 
 def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
                   at_round: int | None = None) -> str:
-    """Write ``exp``'s results file at ``path`` from its runs; ``at_round``: each run as it stood
-    at that round (rows compared at one budget)."""
+    """Write ``exp``'s results file at ``path`` from its runs, with the prose of the notes file beside
+    it (``run_files.with_notes``); ``at_round``: each run as it stood at that round (rows compared
+    at one budget)."""
+    exp = with_notes(exp, path)
     if runs and task_kind(runs[0][1]) == "regression":
         return write_forecast_results(exp, runs, path, command, out, at_round)
     if exp.writer == "views":

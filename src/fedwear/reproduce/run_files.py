@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from fedwear import files
 from fedwear.config import RunConfig, load_config
+from fedwear.errors import ConfigError
 from fedwear.rundir import last_round, read_table
 from fedwear.version import __version__
 
@@ -118,6 +121,29 @@ def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[st
     return by_method
 
 
+#: What a notes file may hold (:func:`with_notes`), as the :class:`Experiment` fields they fill.
+NOTES = {"protocol": "notes", "variants": "variants", "differences": "differences", "flagged": "flagged"}
+
+
+def notes_file(results: Path) -> Path:
+    """Where the notes of a results file live: ``notes/<its name>.yaml`` in its folder."""
+    return results.parent / "notes" / f"{results.stem}.yaml"
+
+
+def with_notes(exp: Experiment, results: Path) -> Experiment:
+    """``exp`` with the prose of the results file at ``results``, read from :func:`notes_file`:
+    the protocol, each row's implementation, the known differences from the authors' run and the
+    findings of flagged rows. Unchanged where there is no such file (fedwear installed without the
+    repository, or a results file written elsewhere)."""
+    path = notes_file(results)
+    if not path.is_file():
+        return exp
+    notes = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(notes, dict) or set(notes) - set(NOTES):
+        raise ConfigError(f"{path}: a notes file is a mapping of {', '.join(NOTES)}")
+    return replace(exp, **{NOTES[k]: tuple(v) if k == "differences" else v for k, v in notes.items()})
+
+
 def header(exp: Experiment, command: str, out: Path, at_round: int | None = None) -> list[str]:
     """A results file's opening lines: title, the command that made the runs, protocol, and the
     known differences from a run of the authors' code."""
@@ -127,7 +153,7 @@ def header(exp: Experiment, command: str, out: Path, at_round: int | None = None
         *([f"Every row as its run stood at round {at_round} (`--at-round`): later rounds are left out, "
            "so rows that ran further are compared at the same budget, and runs still short of it are not "
            "shown yet.", ""] if at_round else []),
-        f"Protocol: {exp.notes}.", "",
+        *([f"Protocol: {exp.notes}.", ""] if exp.notes else []),
         *([f"Known differences from a run of the authors' code: {'; '.join(exp.differences)}.", ""]
           if exp.differences else []),
         "CPU times are each run's own (its timing.csv), measured on the machine and under the load it ran "
