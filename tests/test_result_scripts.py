@@ -16,42 +16,6 @@ def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def write_metrics(run: Path, rows: list[tuple]) -> None:
-    run.mkdir(parents=True)
-    lines = ["round,client,view,split,n,accuracy"] + [",".join(map(str, r)) for r in rows]
-    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
-
-
-@pytest.mark.slow
-def test_eval_rounds_weights_clients_by_test_windows(tmp_path):
-    write_metrics(
-        tmp_path / "r",
-        [
-            (10, 0, "new_clients@e2", "test", 10, 1.0),
-            (10, 1, "new_clients@e2", "test", 30, 0.5),  # (10 + 15) / 40
-            (10, 0, "new_clients@e2", "train", 100, 0.0),  # not a test row
-            (20, 0, "new_clients@e2", "test", 10, 0.25),
-            (20, 0, "personalized@e2", "test", 10, 0.75),
-        ],
-    )
-    out = run_script(
-        "eval_rounds.py", str(tmp_path / "r"), "--views", "new_clients@e2,personalized@e2"
-    )
-    assert out.returncode == 0, out.stderr
-    assert "| 10 | 62.50 | - |" in out.stdout
-    assert "| 20 | 25.00 | 75.00 |" in out.stdout
-
-
-@pytest.mark.slow
-def test_eval_rounds_names_a_missing_folder(tmp_path):
-    out = run_script("eval_rounds.py", str(tmp_path / "nope"), "--views", "x")
-    assert out.returncode != 0
-    assert out.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'nope' / 'metrics.csv'}: missing "
-        f"(is {tmp_path / 'nope'} a run folder?)"
-    ]
-
-
 @pytest.mark.parametrize(
     "seeds, expected",
     [("0,1", "meta-train 70.00, meta-test 40.00"), ("1", "meta-train 80.00, meta-test 60.00")],
