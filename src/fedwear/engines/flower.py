@@ -422,7 +422,7 @@ def run_simulation(cfg: RunConfig, method: Method, roster: Roster, callbacks: li
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     # Ray starts its workers at nice 15, so on a busy machine the actors that do all of the
-    # clients' work starve behind any other process (benchmarks/flower_sim_under_load.py).
+    # clients' work starve behind any other process (benchmarks/flower_sim_under_load.py at commit e6cb47ba6e).
     os.environ.setdefault("RAY_worker_niceness", "0")
     from flwr.simulation import run_simulation as flwr_run_simulation
 

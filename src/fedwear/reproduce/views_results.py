@@ -168,9 +168,9 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
     lines = ["", "## Cost per round relative to FedAvg (FedAli's Table 3 shape)", "",
              "CPU: median CPU seconds of a round (all of the round's clients, one thread, the round's "
              "evaluation included), each run's own under the load it ran with; local training alone, "
-             "all methods measured side by side in one run, is `benchmarks/fedali_cost.py` "
-             "(`results/bench_fedali_cost.md`); memory: the tensors a client's method holds while it trains (its "
-             "models, anchors and prototypes; not the data, optimiser state or activations: "
+             "all methods measured side by side in one run, is `results/bench_fedali_cost.md` "
+             "(`benchmarks/fedali_cost.py` at commit e6cb47ba6e); memory: the tensors a client's method holds "
+             "while it trains (its models, anchors and prototypes; not the data, optimiser state or activations: "
              "`training_bytes` in rounds.csv); bytes: training messages down + up per round. "
              "× FedAvg is n/a until FedAvg has run.", "",
              "| Method | seeds | rounds run | CPU-s / round | × FedAvg | memory MB | × FedAvg | MB / round | × FedAvg |",
