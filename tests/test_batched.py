@@ -11,30 +11,39 @@ import torch.nn.functional as F
 
 import fedwear
 from fedwear.callbacks import CHECKPOINT, load_checkpoint
-from fedwear.methods import batched, build_method
-from fedwear.methods.api import Task, Training
-from fedwear.methods.batched import ClientJob, train_together
+from fedwear.methods import METHODS, build_method, together
+from fedwear.methods.api import Record, Task, Training
+from fedwear.methods.fit import Fit, Stage
+from fedwear.methods.proximal import centres, proximal
+from fedwear.methods.together import SGD, Client, train_together
 from fedwear.methods.training import train_epochs
 from fedwear.models import build_model
-from tests.helpers import tiny_config, tiny_regression_config
+from tests.helpers import PHASES, config_for, tiny_config, tiny_regression_config
 
-SGD = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
+SGD_SETTINGS = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
 
 
-def _alone(model, job: ClientJob, epochs: int, batch_size: int, clip: float | None, mu: float = 0.0):
-    """One client trained by the plain loop with torch's SGD (and FedProx's term with ``mu``)."""
+def _loss(mu: float):
+    """Cross-entropy plus FedProx's term toward ``fit.inputs["anchor"]`` (weight ``mu``)."""
+    def loss(model, x, y, fit):
+        out = F.cross_entropy(model(x), y)
+        if mu:
+            out = out + proximal(list(model.parameters()), fit.inputs["anchor"], fit.inputs["weight"], mu)
+        return out
+    return loss
+
+
+def _alone(model, client: Client, epochs: int, batch_size: int, clip: float | None, mu: float):
+    """One client trained by the plain loop with torch's SGD."""
     m = copy.deepcopy(model)
-    m.load_state_dict(job.weights)
-    start = [p.detach().clone() for p in m.parameters()]
-    opt = torch.optim.SGD(m.parameters(), **SGD)
-    if job.momentum is not None:
-        opt.state_dict()  # materialise, then give each parameter its persisted buffer
-        for p, n in zip(m.parameters(), job.weights, strict=True):
-            opt.state[p]["momentum_buffer"] = job.momentum[n].clone()
-    loss = train_epochs(m, opt, job.x, job.y, epochs=epochs, batch_size=batch_size,
-                        generator=torch.Generator().manual_seed(job.seed), clip=clip,
-                        loss_fn=lambda mm, x, y: F.cross_entropy(mm(x), y) + 0.5 * mu * sum(
-                            ((p - s0) ** 2).sum() for p, s0 in zip(mm.parameters(), start, strict=True)))
+    m.load_state_dict(client.weights)
+    opt = torch.optim.SGD(m.parameters(), **SGD_SETTINGS)
+    if client.momentum is not None:
+        for p, n in zip(m.parameters(), client.weights, strict=True):
+            opt.state[p]["momentum_buffer"] = client.momentum[n].clone()
+    loss = train_epochs(m, opt, client.x, client.y, epochs=epochs, batch_size=batch_size,
+                        generator=torch.Generator().manual_seed(client.seed), clip=clip,
+                        loss_fn=lambda mm, x, y: _loss(mu)(mm, x, y, client.fit))
     return {n: p.detach() for n, p in m.named_parameters()}, {n: opt.state[p]["momentum_buffer"] for n, p in m.named_parameters()}, loss
 
 
@@ -44,15 +53,18 @@ def test_clients_trained_together_equal_clients_trained_alone(one_thread, clip, 
     torch.manual_seed(0)
     model = build_model("cnn", 32, 3, 4, width=8)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    jobs = []
+    clients = []
     for k, n in enumerate([37, 8, 20, 3]):  # partial last batches, clients with fewer steps than others
         x, y = torch.randn(n, 32, 3), torch.randint(0, 4, (n,))
         weights = {name: w + 0.01 * k for name, w in start.items()}
         momentum = {name: torch.randn_like(w) * 0.1 for name, w in start.items()} if k == 2 else None
-        jobs.append(ClientJob(weights, x, y, seed=100 + k, momentum=momentum))
-    together = train_together(model, jobs, epochs=3, batch_size=8, clip=clip, proximal=mu, **SGD)
-    for job, res in zip(jobs, together, strict=True):
-        weights, momentum, loss = _alone(model, job, 3, 8, clip, mu)
+        fit = Fit(Record(), Record(), None, 100 + k, inputs={"anchor": centres([list(weights.values())]),
+                                                             "weight": torch.ones(1)})
+        clients.append(Client(fit, weights, x, y, 100 + k, momentum))
+    stage = Stage("model", ("body", "head"), _loss(mu), 3)
+    trained = train_together(model, stage, clients, SGD(clip=clip, batch_size=8, **SGD_SETTINGS))
+    for client, res in zip(clients, trained, strict=True):
+        weights, momentum, loss = _alone(model, client, 3, 8, clip, mu)
         for n in weights:
             torch.testing.assert_close(res.weights[n], weights[n], atol=2e-5, rtol=1e-4)
             torch.testing.assert_close(res.momentum[n], momentum[n], atol=2e-5, rtol=1e-4)
@@ -77,8 +89,8 @@ PERSIST = {"optimizer.persist": True, "optimizer.momentum": 0.9}
 ])
 def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
     calls = []
-    real = batched.train_together
-    monkeypatch.setattr(batched, "train_together", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = together.train_together
+    monkeypatch.setattr(together, "train_together", lambda *a, **k: calls.append(1) or real(*a, **k))
     cfg = tiny_config(method=method, **sets)
     sim = fedwear.run(cfg, tmp_path / "sim")
     assert not calls
@@ -98,7 +110,23 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
             np.testing.assert_allclose(y.arrays[k], x.arrays[k], atol=1e-4, rtol=1e-3, err_msg=k)
 
 
+def _vectorised(method: str) -> bool:
+    cfg = config_for(method, **PHASES.get(method, {}))
+    return build_method(Task(Training.of(cfg), 32, 3, 3, 6)).vectorizable
+
+
+#: The methods that train together on their golden config (tests/test_golden.py).
+TOGETHER = ["centralized", "fedala", "fedavg", "fedce", "fedhome", "fedper", "fedproto", "fedprox", "fedrep",
+            "fedreptile", "ifca", "lgfedavg", "local", "moon", "protohar", "scaffold"]
+
+
+@pytest.mark.slow
+def test_the_methods_that_train_together_are_those_listed():
+    assert sorted(m for m in METHODS if _vectorised(m)) == TOGETHER
+
+
 @pytest.mark.parametrize("method, sets, config", [
+    *[(m, PHASES.get(m, {}), config_for) for m in TOGETHER],
     ("fedavg", PERSIST, tiny_config),
     ("fedprox", {"method_options.fedprox.mu": 0.5, **PERSIST}, tiny_config),
     ("fedrep", {**PERSIST, "method_options.fedrep.head_lr": 0.01}, tiny_config),
@@ -117,35 +145,40 @@ def test_batched_engine_equals_sim(tmp_path, monkeypatch, method, sets):
      tiny_regression_config),  # per target bin
 ])
 @pytest.mark.slow
-def test_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config):
-    """Every round of a batched run, each client's reply and kept state from ``fit_together``
-    equal what ``fit`` gives on the same inputs, up to float rounding. (Whole runs drift apart
-    further: a rounding difference can flip a max-pool's choice, and later rounds amplify it.)"""
-    assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config)
+def test_clients_trained_together_equal_fit(tmp_path, monkeypatch, method, sets, config):
+    """Every round of a batched run, each client's reply and kept state from ``fit_many`` (its
+    stages trained together) equal what ``fit`` gives on the same inputs, up to float rounding.
+    (Whole runs drift apart further: a rounding difference can flip a max-pool's choice, and
+    later rounds amplify it.)"""
+    assert_trained_together_equals_fit(tmp_path, monkeypatch, method, sets, config)
 
 
-def assert_fit_together_equals_fit(tmp_path, monkeypatch, method, sets, config, atol=1e-6):
-    """``fit_together`` against ``fit`` on the same inputs, every round of a batched run
+def assert_trained_together_equals_fit(tmp_path, monkeypatch, method, sets, config, atol=1e-6):
+    """``fit_many`` against ``fit`` on the same inputs, every round of a batched run
     (``tests/test_gpu.py`` runs it on cuda)."""
-    cls = type(build_method(Task(Training.of(config(method=method, **sets)), 32, 3, 3, 6)))
-    real, checked = cls.fit_together, []
+    probe = build_method(Task(Training.of(config(method=method, **sets)), 32, 3, 3, 6))
+    assert probe.vectorizable, f"{method} does not train together with {sets}"
+    cls = type(probe)
+    real, checked = cls.fit_many, []
 
-    def compared(self, jobs):
-        out = real(self, jobs)
+    def compared(self, jobs, round):
+        out = real(self, jobs, round)
         for (down, state, data, seed), (up, kept) in zip(jobs, out, strict=True):
-            want_up, want_kept = self.fit(down, state, data, 0, seed)
+            want_up, want_kept = self.fit(down, state, data, round, seed)
             for got, want in ((up, want_up), (kept, want_kept)):
                 assert got.arrays.keys() == want.arrays.keys()
                 for k in want.arrays:
                     np.testing.assert_allclose(got.arrays[k], want.arrays[k], atol=atol, rtol=1e-5, err_msg=k)
-            assert up.scalars["loss"] == pytest.approx(want_up.scalars["loss"], rel=1e-6)
+                assert got.scalars.keys() == want.scalars.keys()
+            assert up.scalars["loss"] == pytest.approx(want_up.scalars["loss"], rel=1e-6, nan_ok=True)
             checked.append(bool(state.arrays))
         return out
 
-    monkeypatch.setattr(cls, "fit_together", compared)
-    fedwear.run(config(method=method, engine="batched", **sets), tmp_path)
-    rounds = sum(1 for r in range(1, 4) if not (method == "fedhome" and r == 3))  # FedHome's last: heads
-    assert len(checked) == 3 * rounds and any(checked)  # every fit trained together, some from a kept state
+    monkeypatch.setattr(cls, "fit_many", compared)
+    cfg = config(method=method, engine="batched", **sets)
+    fedwear.run(cfg, tmp_path)
+    assert len(checked) >= cfg.rounds  # every round's clients
+    assert any(checked) or not sets.get("optimizer.persist")  # some from a kept state
 
 
 def test_only_declared_steps_on_small_models_are_vectorised():
@@ -157,7 +190,7 @@ def test_only_declared_steps_on_small_models_are_vectorised():
     assert method("scaffold").vectorizable
     assert method("moon").vectorizable and method("fedhome").vectorizable  # FedHome: its FedAvg phase
     assert method("fedrep").vectorizable and method("protohar").vectorizable and method("fedproto").vectorizable
-    assert not method("fedpcl").vectorizable  # own step, no fit_together
+    assert not method("fedpcl").vectorizable  # its loss branches on whether a prototype is known
     assert not method("fedavg", **{"optimizer.name": "adam"}).vectorizable
     assert not method("fedavg", **{"model.name": "lstm", "model.options": {}}).vectorizable  # vmap falls back
     cfg = tiny_config(**{"model.name": "harcnn", "model.options": {}})

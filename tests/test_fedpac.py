@@ -23,6 +23,7 @@ from fedwear.methods.fedpac import (
     feature_statistics,
     simplex_qp,
 )
+from fedwear.methods.fit import Fit
 from fedwear.methods.prototypes import COUNT, MASK, PROTO
 from fedwear.methods.training import load_arrays
 from tests.helpers import tiny_config, tiny_regression_config
@@ -210,7 +211,7 @@ def test_head_step_then_body_step(monkeypatch):
     assert h_grad == h_opt == {"head"} and h_epochs == 2
     assert h_lr == pytest.approx(10 * m.task.training.optimizer.lr) and b_lr == pytest.approx(m.task.training.optimizer.lr)
     assert not h_moved["body"] and h_moved["head"] == HEAD  # the body unchanged by step 1
-    assert b_grad == b_opt == {"body"} and b_epochs is None  # local_epochs
+    assert b_grad == b_opt == {"body"} and b_epochs == m.local_epochs
     assert not b_moved["head"] and b_moved["body"] == {k for k in m.initial if k.startswith("body.")}
     assert all(p.requires_grad for p in m.model.parameters())  # unfrozen afterwards
     assert set(kept.arrays) == HEAD
@@ -242,11 +243,11 @@ def test_body_loss_is_ce_plus_lambda_mse_to_the_targets():
     x, y = x[:10], y[:10]
     model = m.model
     k = m.dim
-    m.targets = torch.randn(3, k, generator=torch.Generator().manual_seed(0))
-    m.target_mask = torch.ones(3)
+    targets = torch.randn(3, k, generator=torch.Generator().manual_seed(0))
+    fit = Fit(Record(), Record(), None, 0, inputs={"targets": targets, "target_mask": torch.ones(3)})
     z = model.features(x)
-    expected = F.cross_entropy(model.head(z), y) + 2.5 * ((z - m.targets[y]) ** 2).mean()
-    torch.testing.assert_close(m.loss(model, x, y), expected)
+    expected = F.cross_entropy(model.head(z), y) + 2.5 * ((z - targets[y]) ** 2).mean()
+    torch.testing.assert_close(m.loss(model, x, y, fit), expected)
 
 
 def test_first_round_targets_are_the_clients_own_class_means(monkeypatch):
@@ -255,9 +256,9 @@ def test_first_round_targets_are_the_clients_own_class_means(monkeypatch):
     seen = []
     original = m.loss
 
-    def spy(model, x, y):
-        seen.append((m.targets.clone(), m.target_mask.clone()))
-        return original(model, x, y)
+    def spy(model, x, y, fit):
+        seen.append((fit.inputs["targets"].clone(), fit.inputs["target_mask"].clone()))
+        return original(model, x, y, fit)
 
     monkeypatch.setattr(m, "loss", spy)
     down = first_down(m)

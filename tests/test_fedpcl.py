@@ -15,6 +15,7 @@ from fedwear.data import load_federated
 from fedwear.methods import Record, Task, build_method
 from fedwear.methods.fedavg import tensors
 from fedwear.methods.fedpcl import PROTO_SET, prototype_contrastive_loss
+from fedwear.methods.fit import Fit
 from fedwear.methods.prototypes import COUNT, MASK, PROTO, class_means, target_bins
 from fedwear.methods.training import load_arrays, model_arrays
 from tests.helpers import tiny_config, tiny_regression_config
@@ -102,8 +103,9 @@ def test_loss_is_task_loss_plus_ld_times_global_and_local_terms():
     protos = rng.normal(size=(3, method.dim)).astype(np.float32)
     local = rng.normal(size=(2, 3, method.dim)).astype(np.float32)
     down = Record({PROTO: protos, MASK: np.array([1, 0, 1], np.float32), PROTO_SET: local})
-    method.begin_fit(method.model, down, Record())
-    model = method.model
+    fit = Fit(down, Record(), None, 0)
+    method.prepare(fit)
+    model = fit.model
     with torch.no_grad():
         z = model.features(x)
         mask = torch.tensor([1.0, 0.0, 1.0])
@@ -111,7 +113,7 @@ def test_loss_is_task_loss_plus_ld_times_global_and_local_terms():
         l_p = prototype_contrastive_loss(z, y, torch.from_numpy(local), mask, 0.2)
         want = torch.nn.functional.cross_entropy(model.head(z), y) + 0.5 * (l_g + l_p)
         assert l_g > 0 and l_p > 0
-        assert torch.isclose(method.loss(model, x, y), want, rtol=1e-6)
+        assert torch.isclose(method.loss(model, x, y, fit), want, rtol=1e-6)
     # The representation is unit-norm (the code's F.normalize after the projection).
     np.testing.assert_allclose(z.norm(dim=1).numpy(), 1.0, rtol=1e-5)
 

@@ -11,6 +11,7 @@ import fedwear
 from fedwear.data import load_federated
 from fedwear.methods import Record, Task, build_method, prototypes
 from fedwear.methods.fedavg import tensors
+from fedwear.methods.fit import Fit, mean_loss
 from fedwear.methods.prototypes import COUNT, MASK, PROTO, class_means, target_bins
 from fedwear.methods.training import load_arrays
 from tests.helpers import tiny_config, tiny_regression_config
@@ -178,16 +179,17 @@ def test_regression_server_averages_per_bin_over_the_clients_that_have_it():
     expected_mask[[3, 15]] = 1
     np.testing.assert_array_equal(server.arrays[MASK], expected_mask)
     # A client's objective pulls an embedding toward its bin's global prototype only.
-    method.begin_fit(method.model, server, Record())
+    fit = Fit(server, Record(), None, 0)
+    method.prepare(fit)
     x, y = tensors(data.clients[0])
     y = torch.full_like(y[:4], 0.75)  # 75 bpm: bin 3
     with torch.no_grad():
         z = method.model.features(x[:4])
-        got = method.loss(method.model, x[:4], y)
+        got = mean_loss(method.loss(method.model, x[:4], y, fit))
         want = method.criterion(method.model.head(z), y) + torch.mean((z - 3.0) ** 2)
         assert torch.isclose(got, want, rtol=1e-6)
         y_far = torch.full_like(y, 0.55)  # 55 bpm: bin 1 has no global prototype, no pull
-        assert torch.isclose(method.loss(method.model, x[:4], y_far),
+        assert torch.isclose(mean_loss(method.loss(method.model, x[:4], y_far, fit)),
                              method.criterion(method.model.head(z), y_far), rtol=1e-6)
 
 

@@ -65,7 +65,7 @@ def test_head_step_trains_only_the_head_and_body_step_only_the_body(monkeypatch,
     assert [c[0] for c in calls] == ["head", "body"]
     (_, head_grad, head_opt, head_epochs, head_moved), (_, body_grad, body_opt, body_epochs, body_moved) = calls
     assert head_grad == head_opt == {"head"} and head_epochs == 2  # the body is frozen
-    assert body_grad == body_opt == {"body"} and body_epochs is None  # local_epochs
+    assert body_grad == body_opt == {"body"} and body_epochs == m.local_epochs
     assert not head_moved["body"] and head_moved["head"] == HEAD
     assert not body_moved["head"] and body_moved["body"] == {k for k in m.initial if k.startswith("body.")}
     assert all(p.requires_grad for p in m.model.parameters())  # unfrozen afterwards

@@ -8,6 +8,8 @@ file holds one set of hashes per machine (torch version, CPU capability, CPU mod
 machine it has none for, the test says so and skips. Write this machine's set (only when a
 change of numbers is intended, then on every machine listed, and say why in the commit; or to add
 a machine) with ``FEDWEAR_WRITE_GOLDEN=1 pytest tests/test_golden.py -m "slow or not slow"``.
+A hash that is ``null`` for a machine was changed on purpose on another one and is still to be
+written on this one: the test says so and skips that key (never a number of its own).
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ def check(golden: dict, key: str, out: Path) -> None:
         golden[key] = fingerprint(out)
         return
     assert key in golden, f"no golden hash for {key}: write them (see this module's docstring)"
+    if golden[key] is None:
+        pytest.skip(f"{key}: changed on purpose on another machine, not yet written for this one ({machine()}): "
+                    "run FEDWEAR_WRITE_GOLDEN=1 on it")
     assert fingerprint(out) == golden[key], f"{key}: the numbers changed"
 
 

@@ -19,7 +19,7 @@ from fedwear.cli import app
 from fedwear.methods import METHODS
 from fedwear.methods.api import Method, Task, Training
 from tests.helpers import PHASES, config_for
-from tests.test_batched import PERSIST, assert_fit_together_equals_fit
+from tests.test_batched import PERSIST, assert_trained_together_equals_fit
 
 CUDA = torch.cuda.is_available()
 #: cuda against cpu after 2 rounds (fp32, no TF32): train losses to this relative difference,
@@ -103,10 +103,10 @@ def test_batched_on_cuda_equals_sim_on_cuda(tmp_path, method):
 @pytest.mark.parametrize("method", sorted(n for n, c in METHODS.items() if getattr(c, "trains_together", False)))
 def test_clients_trained_together_on_cuda_equal_fit_on_cuda(tmp_path, monkeypatch, method):
     """The vectorised step of every method that has one, checked against its ``fit`` every round
-    on cuda (as ``tests/test_batched.py::test_fit_together_equals_fit`` on the CPU; cuda's kernels round
+    on cuda (as ``tests/test_batched.py::test_clients_trained_together_equal_fit`` on the CPU; cuda's kernels round
     differently for stacked inputs, hence the looser tolerance)."""
     # PERSIST: momentum kept across rounds, so a round mixes clients with and without kept buffers
-    assert_fit_together_equals_fit(tmp_path, monkeypatch, method, {"device": "cuda", **PERSIST}, config_for, atol=1e-5)
+    assert_trained_together_equals_fit(tmp_path, monkeypatch, method, {"device": "cuda", **PERSIST}, config_for, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 import fedwear
 from fedwear.data import load_federated
 from fedwear.methods import Record, Task, build_method
+from fedwear.methods.fit import Fit
 from fedwear.methods.moon import contrastive_loss
-from fedwear.methods.training import model_arrays
 from tests.helpers import tiny_config
 
 
@@ -42,11 +42,14 @@ def test_loss_is_ce_plus_mu_times_l_con_with_global_and_previous_models():
                 for k, v in method.initial.items()}
 
     down, prev = Record(perturbed()), perturbed()
-    model = method.load(down, Record())
-    method.begin_fit(model, down, Record())  # first participation: previous = initial weights
-    first = model_arrays(method.prev_model, ["body", "head"])
-    assert all(np.array_equal(v, method.initial[k]) for k, v in first.items())
-    method.begin_fit(model, down, Record({"prev." + k: v for k, v in prev.items()}))
+    fit = Fit(down, Record(), None, 0)
+    method.prepare(fit)  # first participation: previous = initial weights
+    first = fit.inputs["previous"]
+    assert first.keys() == method.initial.keys()
+    assert all(np.array_equal(v.numpy(), method.initial[k]) for k, v in first.items())
+    fit = Fit(down, Record({"prev." + k: v for k, v in prev.items()}), None, 0)
+    method.prepare(fit)
+    model = fit.model
     x, y = torch.from_numpy(client.train.x[:8]), torch.from_numpy(client.train.y[:8])
     z = model.features(x)
     assert z.shape == (8, 256)  # MOON's projection head, --out_dim 256
@@ -56,7 +59,7 @@ def test_loss_is_ce_plus_mu_times_l_con_with_global_and_previous_models():
             m.load_state_dict({k: torch.from_numpy(v) for k, v in w.items()})
         con = contrastive_loss(z, glob.features(x), old.features(x), 0.5)
         expected = F.cross_entropy(model(x), y) + 2.0 * con
-        assert torch.allclose(method.loss(model, x, y), expected, rtol=1e-6)
+        assert torch.allclose(method.loss(model, x, y, fit), expected, rtol=1e-6)
 
 
 def test_client_state_keeps_the_trained_model_as_previous():

@@ -18,7 +18,8 @@ from fedwear.data import load_federated
 from fedwear.methods import Record, Task, build_method
 from fedwear.methods.api import Selection
 from fedwear.methods.pcfedh import CATEGORISE, LOCAL_PROTO, MODULE1, PROTO, SOFT
-from fedwear.methods.proximal import Proximal
+from fedwear.methods.proximal import centres as stacked
+from fedwear.methods.proximal import proximal
 from fedwear.methods.soft_clustering import CLUSTER, U, V
 from tests.helpers import tiny_regression_config
 
@@ -36,7 +37,7 @@ def test_proximal_gradient_is_the_weighted_pull() -> None:
     w = [torch.randn(3, 2, requires_grad=True), torch.randn(4, requires_grad=True)]
     centres = [[torch.randn(3, 2), torch.randn(4)] for _ in range(3)]
     u = np.array([0.5, 0.3, 0.2])
-    value = Proximal(w, centres, u, lam=0.1)()
+    value = proximal(w, stacked(centres), torch.as_tensor(u, dtype=torch.float32), lam=0.1)
     value.backward()
     expected_value = 0.05 * sum(u[k] * sum(((p - c) ** 2).sum() for p, c in zip(w, centres[k], strict=True)) for k in range(3))
     torch.testing.assert_close(value, expected_value.detach().float())

@@ -115,13 +115,14 @@ def test_code_prototype_is_the_first_recorded_embedding(monkeypatch, reweight):
         over[opt("reweight")] = reweight
     m, data = setup(**over)
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
-    original = m.record_first
+    original = m.loss
 
-    def spy(z, y, target):
-        seen.append((z.detach().clone(), y.clone()))
-        return original(z, y, target)
+    def spy(model, x, y, fit):
+        out = original(model, x, y, fit)
+        seen.append((out[1][0].detach().clone(), y.clone()))
+        return out
 
-    monkeypatch.setattr(m, "record_first", spy)
+    monkeypatch.setattr(m, "loss", spy)
     client, q = data.clients[2], m.task.num_classes
     up, _ = m.fit(with_prototypes(m, [1, 0, 1]), Record(), client, 2, seed=5)
     counts = np.bincount(client.train.y, minlength=q)

@@ -99,7 +99,6 @@ class FedALA(FedAvg):
     def __init__(self, task: Task, options: FedALAOptions) -> None:
         super().__init__(task, options)
         self.opt: FedALAOptions = options
-        self.ala_weights: dict[str, np.ndarray] | None = None  # learnt by the fit under way
 
     def top_names(self, model: nn.Module) -> list[str]:
         """The parameter tensors aggregated with learnt weights: the last ``layer_idx``."""
@@ -169,27 +168,27 @@ class FedALA(FedAvg):
         merged = {**start, **{n: host(params[n]).copy() for n in top}}
         return merged, {n: host(w[n]).copy() for n in top}, losses
 
-    def prepare(self, down, state, data, seed):
+    def prepare(self, fit):
         """The client's model merged with the global one by ALA on a slice of its data."""
+        down, state = fit.down, fit.state
         glob = {**self.initial, **{k: v for k, v in down.arrays.items() if k in self.initial}}
         local = {**self.initial, **{k: v for k, v in state.arrays.items() if k in self.initial}}
         weights = {k[len(ALA):]: v for k, v in state.arrays.items() if k.startswith(ALA)} or None
-        x, y = tensors(data)
-        part = self.ala_slice(len(y), seed)
-        merged, self.ala_weights, _ = self.adaptive_local_aggregation(
+        x, y = tensors(fit.data)
+        part = self.ala_slice(len(y), fit.seed)
+        merged, fit.notes["ala"], _ = self.adaptive_local_aggregation(
             self.model, glob, local, weights, x[part].to(self.device), y[part].to(self.device), first=weights is None)
         load_arrays(self.model, merged)
-        self.begin_fit(self.model, down, state)
-        return self.model
+        fit.model = self.model
 
     @property
     def trained_parts(self) -> tuple[str, ...]:
         return PARTS
 
-    def client_state(self, model, *opts):
+    def client_state(self, fit):
         """FedAvg's, plus the ALA weights W the client learnt this round."""
-        kept = super().client_state(model, *opts)
-        kept.arrays.update({ALA + n: a for n, a in (self.ala_weights or {}).items()})
+        kept = super().client_state(fit)
+        kept.arrays.update({ALA + n: a for n, a in (fit.notes["ala"] or {}).items()})
         return kept
 
 

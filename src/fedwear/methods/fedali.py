@@ -43,12 +43,11 @@ import warnings
 import numpy as np
 import torch
 from pydantic import Field
-from torch import nn
 
 from fedwear.errors import ConfigError
 from fedwear.methods.api import Options, Record, Task
 from fedwear.methods.fedavg import PARTS, FedAvg
-from fedwear.methods.training import LocalOptimizer, load_arrays, model_arrays, weighted_mean
+from fedwear.methods.training import load_arrays, model_arrays, weighted_mean
 from fedwear.models import SplitModel, build_model
 from fedwear.models.alp import ALP
 from fedwear.seeding import derive_seed
@@ -159,17 +158,18 @@ class FedAli(FedAvg):
         return Record({**server.arrays, **new}, dict(server.scalars))
 
     # ---- client ---------------------------------------------------------------------------
-    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
+    def prepare(self, fit):
         """With ``personal_prototypes``, the client's own local prototypes replace the server's."""
+        super().prepare(fit)
         if self.options.personal_prototypes:
-            own = {k: state.arrays[OWN + k] for k in self.local_keys.values() if OWN + k in state.arrays}
-            load_arrays(model, own)
+            own = {k: fit.state.arrays[OWN + k] for k in self.local_keys.values() if OWN + k in fit.state.arrays}
+            load_arrays(fit.model, own)
 
-    def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:
+    def client_state(self, fit):
         """FedAvg's, plus (``personal_prototypes``) the local prototypes under ``own.``."""
-        state = super().client_state(model, *opts)
+        state = super().client_state(fit)
         if self.options.personal_prototypes:
-            mine = model_arrays(model, PARTS)
+            mine = model_arrays(fit.model, PARTS)
             state.arrays.update({OWN + k: mine[k] for k in self.local_keys.values()})
         return state
 

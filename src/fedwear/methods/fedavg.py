@@ -1,14 +1,17 @@
 """FedAvg (McMahan et al., AISTATS 2017, Algorithm 1): the base every method subclasses.
 
 Subclasses override only what differs: the ``shared`` / ``personal`` part declarations, the
-``loss``, ``begin_fit``, ``before_step`` / ``after_step`` hooks, ``configure`` / ``aggregate``
-or the predictors.
+``loss`` and its inputs (``prepare``), the ``stages`` of the local update, ``reply`` /
+``client_state``, ``configure`` / ``aggregate`` or the predictors. A client's values travel in a
+:class:`~fedwear.methods.fit.Fit`, never on the method object, so the same hooks train one client
+(``fit``) or a round's clients together (``fit_many``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from functools import cached_property
 from typing import ClassVar
 
@@ -20,10 +23,12 @@ from torch import nn
 from fedwear.data.types import ClientData
 from fedwear.errors import FedwearError
 from fedwear.evaluation.predictor import Predictor, digest
-from fedwear.methods import batched
+from fedwear.methods import together
 from fedwear.methods.api import FitJob, Method, Plan, Record, Task
 from fedwear.methods.api import Options as BaseOptions
+from fedwear.methods.fit import Fit, Recorder, Stage, StageLoss, mean_loss
 from fedwear.methods.footprint import tensor_bytes
+from fedwear.methods.together import SGD, Client, Trained
 from fedwear.methods.training import (
     LocalOptimizer,
     LossFn,
@@ -36,15 +41,15 @@ from fedwear.methods.training import (
     weighted_mean,
 )
 from fedwear.models import SplitModel, build_model
+from fedwear.seeding import derive_seed
 
 log = logging.getLogger("fedwear")
 PARTS = ("body", "head")
 #: Prefix of the client's trained model in its state (``evaluation.personal_model: trained``).
 TRAINED = "trained."
-#: Hooks that define a client's round: a class overriding any of them trains client by client
-#: (``trains_together`` is then False) unless it declares how it trains together.
-STEP_HOOKS = ("fit", "fit_together", "prepare", "local_update", "reply", "trained_parts", "load", "begin_fit", "optimizer", "train",
-              "loss", "before_step", "after_step", "client_state")
+#: Hooks whose override leaves the stages' frame: a class overriding any of them trains client by
+#: client (``trains_together`` is then False) unless it declares otherwise.
+STEP_HOOKS = ("fit", "local_update", "run_stage", "load", "optimizer", "train")
 #: Per device, above this many training FLOPs per window clients train one after another even
 #: with ``engine: batched``. On the CPU the step is then compute-bound and batching saves nothing
 #: (``benchmarks/batched_crossover.py``, docs/performance.md). On a GPU one client's step leaves
@@ -65,16 +70,12 @@ class FedAvg(Method):
     personal: ClassVar[tuple[str, ...]] = ()
     #: The server state is a mean of the replied arrays (central DP and secure aggregation apply).
     mean_aggregation: ClassVar[bool] = True
-    #: mu of a proximal term ``mu / 2 ||w - w_global||^2`` that the local loss adds (FedProx):
-    #: ``train_together`` adds it too.
-    proximal_weight: float = 0.0
     #: Prefixes of client-state keys that ``fit`` keeps as they were (Meta-HAR's user head).
     carried: ClassVar[tuple[str, ...]] = ()
-    #: ``fit_together`` reproduces ``fit``, so ``engine: batched`` may train a round's clients
-    #: together. Derived when the class is defined: True when it overrides none of the
-    #: ``STEP_HOOKS`` and its bases train together (FedAvg's step; FedProx's adds only
-    #: ``proximal_weight``, which the vectorised step adds too). A class with its own
-    #: ``fit_together`` declares it (ProtoHAR, FedProto).
+    #: ``engine: batched`` may train a round's clients together (``fit_many``): the local update is
+    #: ``stages`` whose losses are functions of their arguments. Derived when the class is
+    #: defined: True when it overrides none of the ``STEP_HOOKS`` and its bases train together; a
+    #: class whose loss reads anything but ``fit.inputs`` or branches on tensor values says False.
     trains_together: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -132,25 +133,45 @@ class FedAvg(Method):
 
     def train(self, model: nn.Module, opt: LocalOptimizer, data: ClientData, seed: int,
               epochs: int | None = None, loss_fn: LossFn | None = None, x: torch.Tensor | None = None,
-              y: torch.Tensor | None = None, shuffle: bool = True, clip: bool = True) -> float:
-        """Local epochs over ``(x, y)`` (default: the client's train split) with the hooks;
-        gradients clipped at ``grad_clip`` unless ``clip`` is off."""
+              y: torch.Tensor | None = None, shuffle: bool = True, clip: bool = True, fit: Fit | None = None,
+              after_epoch: Callable[[], None] | None = None) -> float:
+        """Local epochs over ``(x, y)`` (default: the client's train split) of ``loss_fn`` (default:
+        the method's ``loss`` with ``fit``); gradients clipped at ``grad_clip`` unless ``clip`` is
+        off, then corrected by ``fit.correction``; ``fit.steps`` and ``fit.step_sizes`` count the
+        steps; ``after_epoch`` runs after each epoch, after the optimiser's scheduler."""
         if x is None or y is None:
             x, y = tensors(data)
         x, y = x.to(self.device), y.to(self.device)  # no copy on the CPU
-        self.training_bytes = max(self.training_bytes, tensor_bytes(self))
+        self.training_bytes = max(self.training_bytes, tensor_bytes(self, fit))
+        if loss_fn is None:
+            def loss_fn(m, xb, yb):
+                return mean_loss(self.loss(m, xb, yb, fit))
+        group = opt.optimizer.param_groups[0]
+        corrections = []
+        if fit is not None and fit.correction:
+            corrections = [(p, fit.correction[n]) for n, p in model.named_parameters() if n in fit.correction]
+
+        def before_step() -> None:
+            for p, c in corrections:
+                if p.grad is None:
+                    p.grad = c.clone()
+                else:
+                    p.grad.add_(c)
+            if fit is not None:
+                fit.steps += 1
+                fit.step_sizes += group["lr"] / (1.0 - group.get("momentum", 0.0))  # heavy ball: eta / (1 - beta)
+
         return train_epochs(
             model, opt.optimizer, x, y,
             epochs=self.local_epochs if epochs is None else epochs,
             batch_size=self.batch_size,
             generator=torch.Generator().manual_seed(seed),
-            loss_fn=loss_fn or self.loss,
+            loss_fn=loss_fn,
             clip=self.task.training.grad_clip if clip else None,
             shuffle=shuffle,
             drop_last=self.task.training.drop_last,
-            before_step=lambda: self.before_step(model),
-            after_step=lambda: self.after_step(model),
-            after_epoch=opt.end_epoch,
+            before_step=before_step,
+            after_epoch=opt.end_epoch if after_epoch is None else lambda: (opt.end_epoch(), after_epoch()),
         )
 
     # ---- server -------------------------------------------------------------------------
@@ -172,8 +193,9 @@ class FedAvg(Method):
         return Record(server.arrays) if set(PARTS) <= set(self.shared) else None
 
     # ---- client -------------------------------------------------------------------------
-    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Local objective; FedProx, MOON, ProtoHAR... override this hook."""
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, fit: Fit | None) -> torch.Tensor | tuple:
+        """Local objective (a :data:`~fedwear.methods.fit.StageLoss`); FedProx, MOON, ProtoHAR...
+        override this hook."""
         return self.criterion(model(x), y)
 
     def criterion(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -183,46 +205,63 @@ class FedAvg(Method):
             return F.mse_loss(out.squeeze(-1), y)
         return F.cross_entropy(out, y)
 
-    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
-        """Called after the model is loaded and before local training (e.g. keep w_global)."""
-
-    def before_step(self, model: nn.Module) -> None:
-        """Called after backward (and clipping), before each optimiser step (SCAFFOLD)."""
-
-    def after_step(self, model: nn.Module) -> None:
-        """Called after each optimiser step (e.g. a running average of the weights)."""
-
     def fit(self, down, state, data, round, seed):
         """A client's round (Alg. 1's ClientUpdate), the template every method fills in: the model
-        to train (``prepare``), local training (``local_update``), what is sent (``reply``) and
-        what is kept (``client_state``, plus the ``carried`` keys of the state as they were)."""
+        to train and the loss's inputs (``prepare``), local training (``local_update``), what is
+        sent (``reply``) and what is kept (``client_state``, plus the ``carried`` keys of the state
+        as they were). One :class:`Fit` carries the client's values through them."""
         torch.manual_seed(seed)
-        model = self.prepare(down, state, data, seed)
-        loss, opts = self.local_update(model, state, data, seed)
-        up = self.reply(model, data, loss)
-        return up, self.carry(state, self.client_state(model, *opts))
+        fit = Fit(down, state, data, seed, round)
+        self.prepare(fit)
+        self.local_update(fit)
+        return self.reply(fit), self.carry(state, self.client_state(fit))
 
-    def prepare(self, down: Record, state: Record, data: ClientData, seed: int) -> SplitModel:
-        """The model the client trains: ``load``, then ``begin_fit``."""
-        model = self.load(down, state)
-        self.begin_fit(model, down, state)
-        return model
+    def prepare(self, fit: Fit) -> None:
+        """The model the client trains, ``fit.model`` (the server's parts, then the client's own:
+        ``load``), and what its loss reads (``fit.inputs``)."""
+        fit.model = self.load(fit.down, fit.state)
 
-    def local_update(self, model: SplitModel, state: Record, data: ClientData,
-                     seed: int) -> tuple[float, tuple[LocalOptimizer, ...]]:
-        """Local training: ``local_epochs`` of one optimiser over ``trained_parts``; returns the
-        mean loss and the optimisers (whose state ``client_state`` keeps)."""
-        opt = self.optimizer(model, self.trained_parts, state)
-        return self.train(model, opt, data, seed), (opt,)
+    def stages(self, fit: Fit) -> list[Stage]:
+        """The local update: ``local_epochs`` of one optimiser over ``trained_parts``."""
+        return [Stage("model", self.trained_parts, self.loss, self.local_epochs)]
+
+    def local_update(self, fit: Fit) -> None:
+        """Each of ``stages`` in turn, client by client."""
+        for stage in self.stages(fit):
+            self.run_stage(fit, stage)
+
+    def run_stage(self, fit: Fit, stage: Stage) -> None:
+        """One stage on ``fit.model``: the other parts frozen, its optimiser's kept state restored,
+        what it records in ``fit.recorded``, its mean loss in ``fit.loss``."""
+        model = fit.model
+        opt = self.optimizer(model, stage.parts, fit.state, name=stage.optimizer, lr=stage.lr)
+        seed = fit.seed if stage.seed is None else derive_seed(fit.seed, stage.seed)
+        recorder = Recorder(stage, fit)
+
+        def loss_fn(m, xb, yb):
+            return recorder.see(stage.loss(m, xb, yb, fit))
+
+        prefixes = tuple(f"{p}." for p in stage.parts)
+        frozen = [p for n, p in model.named_parameters() if not n.startswith(prefixes) and p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            fit.loss = self.train(model, opt, fit.data, seed, epochs=stage.epochs, loss_fn=loss_fn, fit=fit,
+                                  after_epoch=recorder.end_epoch)
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        fit.optimizer_state.update(opt.state_arrays())
+        recorder.close()
 
     @property
     def trained_parts(self) -> tuple[str, ...]:
-        """The model parts ``local_update`` trains: the shared and the personal ones."""
+        """The model parts the default stage trains: the shared and the personal ones."""
         return self.shared + self.personal
 
-    def reply(self, model: SplitModel, data: ClientData, loss: float) -> Record:
+    def reply(self, fit: Fit) -> Record:
         """What the client sends: its ``shared`` parts, its train windows and its mean loss."""
-        return Record(model_arrays(model, self.shared), {"num_examples": len(data.train), "loss": loss})
+        return Record(model_arrays(fit.model, self.shared), {"num_examples": len(fit.data.train), "loss": fit.loss})
 
     def carry(self, state: Record, kept: Record) -> Record:
         """``kept`` plus the ``carried`` keys of the client's previous ``state``."""
@@ -230,81 +269,62 @@ class FedAvg(Method):
             kept.arrays.update({k: v for k, v in state.arrays.items() if k.startswith(self.carried)})
         return kept
 
+    def client_state(self, fit: Fit) -> Record:
+        """The ``personal`` parts, plus each stage's optimiser state when ``optimizer.persist``,
+        plus the whole trained model under ``trained.`` when ``evaluation.personal_model: trained``."""
+        arrays = model_arrays(fit.model, self.personal)
+        if self.task.training.optimizer.persist:
+            arrays.update(fit.optimizer_state)
+        if self.keeps_trained:
+            arrays.update({TRAINED + k: v for k, v in model_arrays(fit.model, PARTS).items()})
+        return Record(arrays)
+
+    # ---- clients trained together (engine: batched) ---------------------------------------
     def fit_many(self, jobs: list[FitJob], round: int) -> list[tuple[Record, Record]]:
-        """``fit`` of several clients in one vectorised computation (``fit_together``) when the
-        class's step allows it on this model (``vectorizable``); otherwise one after another."""
+        """``fit`` of several clients, their stages trained together (``methods/together.py``)
+        when the class's step allows it on this model (``vectorizable``); otherwise one after
+        another. Both run the same ``prepare``, ``stages``, ``reply`` and ``client_state``."""
         if not self.vectorizable:
             return super().fit_many(jobs, round)
-        return self.fit_together(jobs)
-
-    def fit_together(self, jobs: list[FitJob], **step) -> list[tuple[Record, Record]]:
-        """FedAvg's ``fit`` of every job at once (``methods/batched.py``; ``step``: more arguments
-        of ``train_together``): equal to it up to float rounding. A class that declares
-        ``trains_together`` with its own step overrides this."""
-        names = self.parameter_names()
-        work = [self.client_job(down, state, data, seed, "model", names) for down, state, data, seed in jobs]
+        fits, starts = [], []
+        for down, state, data, seed in jobs:
+            torch.manual_seed(seed)  # as ``fit``
+            fit = Fit(down, state, data, seed, round)
+            self.prepare(fit)  # loads this client's start into the one model object
+            fits.append(fit)
+            starts.append({n: p.detach().clone() for n, p in fit.model.named_parameters()})
+        for stage in self.stages(fits[0]):
+            results = self.train_together(stage, fits, starts)
+            for fit, start, res in zip(fits, starts, results, strict=True):
+                start.update(res.weights)
+                fit.loss = res.loss
+                fit.optimizer_state.update({f"optim.{stage.optimizer}.{i}.momentum_buffer": host(b).copy()
+                                            for i, b in enumerate(res.momentum.values())})
         out = []
-        for (_, state, data, _), res in zip(jobs, self.train_together(work, **step), strict=True):
-            arrays = {n: host(w).copy() for n, w in res.weights.items()}
-            up = self.reply_together(arrays, data, res.loss)
-            out.append((up, self.kept_together(state, arrays, {"model": res.momentum})))
+        for fit, start in zip(fits, starts, strict=True):
+            load_arrays(self.model, {n: host(w) for n, w in start.items()})
+            fit.model = self.model
+            out.append((self.reply(fit), self.carry(fit.state, self.client_state(fit))))
         return out
 
-    def reply_together(self, arrays: dict[str, np.ndarray], data: ClientData, loss: float) -> Record:
-        """``reply``'s record for a client trained together: its ``shared`` parts of ``arrays``,
-        its train windows and its mean loss."""
-        return Record({n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.shared},
-                      {"num_examples": len(data.train), "loss": loss})
-
-    def parameter_names(self, parts: tuple[str, ...] = PARTS) -> list[str]:
-        """Names of the model's parameters in ``parts``, in the order an optimiser holds them."""
-        prefixes = tuple(f"{p}." for p in parts)
-        return [n for n, _ in self.model.named_parameters() if n.startswith(prefixes)]
-
-    def client_job(self, down: Record, state: Record, data: ClientData, seed: int, optimizer: str,
-                   trained: list[str]) -> batched.ClientJob:
-        """A job for ``train_together``: the weights ``load`` would give, the client's train split
-        and the momentum buffers of its optimiser ``optimizer`` over ``trained``."""
-        start = {**self.initial, **down.arrays, **state.arrays}
-        weights = {n: torch.from_numpy(np.asarray(start[n])) for n in self.parameter_names()}
-        return batched.ClientJob(weights, *tensors(data), seed, self.kept_momentum(state, optimizer, trained))
-
-    def kept_momentum(self, state: Record, optimizer: str, trained: list[str]) -> dict[str, torch.Tensor] | None:
-        """The momentum buffers the client's optimiser ``optimizer`` over ``trained`` kept
-        (``optimizer.persist``), by parameter name; None when it has none yet."""
-        buffers = [state.arrays.get(f"optim.{optimizer}.{i}.momentum_buffer") for i in range(len(trained))]
-        if not self.task.training.optimizer.persist or any(b is None for b in buffers):
-            return None
-        return {n: torch.from_numpy(np.array(b)) for n, b in zip(trained, buffers, strict=True)}
-
-    def kept_together(self, state: Record, arrays: dict[str, np.ndarray],
-                      momenta: dict[str, dict[str, torch.Tensor]]) -> Record:
-        """What ``fit`` keeps (``client_state``, then ``carry``) from clients trained together: the
-        ``personal`` parts of ``arrays``, the momentum buffers of each named optimiser when
-        ``optimizer.persist``, the whole model under ``trained.`` when asked."""
-        kept = {n: a for n, a in arrays.items() if n.split(".", 1)[0] in self.personal}
-        if self.keeps_trained:
-            kept.update({TRAINED + n: a for n, a in arrays.items()})
-        if self.task.training.optimizer.persist:
-            for name, buffers in momenta.items():
-                kept.update({f"optim.{name}.{i}.momentum_buffer": host(b).copy() for i, b in enumerate(buffers.values())})
-        return self.carry(state, Record(kept))
-
-    def train_together(self, work: list[batched.ClientJob], **step) -> list[batched.ClientResult]:
-        """:func:`batched.train_together` of the jobs with the run's optimiser, epochs and loss
-        (``step`` overrides or adds arguments); on a GPU in chunks of at most ``_max_together``
-        clients, halved whenever the GPU runs out of memory (the clients are independent: their
-        numbers do not depend on the chunks)."""
+    def train_together(self, stage: Stage, fits: list[Fit], starts: list[dict[str, torch.Tensor]]) -> list[Trained]:
+        """:func:`together.train_together` of ``stage`` for ``fits`` from ``starts``; on a GPU in
+        chunks of at most ``_max_together`` clients, halved whenever the GPU runs out of memory
+        (the clients are independent: their numbers do not depend on the chunks)."""
         cfg = self.task.training
         o = cfg.optimizer
-        step = {"epochs": self.local_epochs, "batch_size": self.batch_size, "lr": o.lr, "momentum": o.momentum,
-                "weight_decay": o.weight_decay, "clip": cfg.grad_clip, "regression": self.task.kind == "regression",
-                "proximal": self.proximal_weight, **step}
-        results: list[batched.ClientResult] = []
-        while len(results) < len(work):
-            chunk = work[len(results):len(results) + self._max_together]
+        sgd = SGD(stage.lr or o.lr, o.momentum, o.weight_decay, cfg.grad_clip, self.batch_size)
+        prefixes = tuple(f"{p}." for p in stage.parts)
+        trained = [n for n, _ in self.model.named_parameters() if n.startswith(prefixes)]
+        clients = [Client(fit, start, *tensors(fit.data),
+                          fit.seed if stage.seed is None else derive_seed(fit.seed, stage.seed),
+                          self.kept_momentum(fit.state, stage.optimizer, trained))
+                   for fit, start in zip(fits, starts, strict=True)]
+        results: list[Trained] = []
+        while len(results) < len(clients):
+            chunk = clients[len(results):len(results) + self._max_together]
             try:
-                results += batched.train_together(self.model, chunk, **step)
+                results += together.train_together(self.model, stage, chunk, sgd)
             except torch.cuda.OutOfMemoryError:
                 if len(chunk) == 1:
                     raise FedwearError(f"device=cuda: one client's training does not fit in the GPU's memory "
@@ -318,32 +338,27 @@ class FedAvg(Method):
     #: How many clients ``train_together`` trains at once (halved on a GPU out of memory).
     _max_together: int = 1 << 30
 
+    def kept_momentum(self, state: Record, optimizer: str, trained: list[str]) -> dict[str, torch.Tensor] | None:
+        """The momentum buffers the client's optimiser ``optimizer`` over ``trained`` kept
+        (``optimizer.persist``), by parameter name; None when it has none yet."""
+        buffers = [state.arrays.get(f"optim.{optimizer}.{i}.momentum_buffer") for i in range(len(trained))]
+        if not self.task.training.optimizer.persist or any(b is None for b in buffers):
+            return None
+        return {n: torch.from_numpy(np.array(b)) for n, b in zip(trained, buffers, strict=True)}
+
     @cached_property
     def vectorizable(self) -> bool:
-        """Whether ``fit_many`` can train clients together: the class's step (``trains_together``), SGD
-        without a scheduler in fp32, every parameter trained, a pure model (no buffers or
-        dropout) small enough for batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
+        """Whether ``fit_many`` can train clients together: the class's step (``trains_together``),
+        SGD without a scheduler in fp32, a pure model (no buffers or dropout) small enough for
+        batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
         o, t = self.task.training.optimizer, self.task
-        trained = set(self.trained_parts)
         return (
             self.trains_together and not self.task.training.drop_last and self.task.training.precision == "fp32"
             and o.name == "sgd" and o.scheduler == "none"
-            and all(n.split(".", 1)[0] in trained for n, _ in self.model.named_parameters())
-            and batched.can_vectorize(self.model)
-            and batched.train_flops_per_window(self.model, t.window, t.channels, t.num_outputs)
+            and together.can_vectorize(self.model)
+            and together.train_flops_per_window(self.model, t.window, t.channels, t.num_outputs)
             <= VECTORIZE_MAX_TRAIN_FLOPS[torch.device(self.device).type]
         )
-
-    def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:
-        """The ``personal`` parts, plus each optimiser's state when ``optimizer.persist``, plus the
-        whole trained model under ``trained.`` when ``evaluation.personal_model: trained``."""
-        arrays = model_arrays(model, self.personal)
-        if self.task.training.optimizer.persist:
-            for opt in opts:
-                arrays.update(opt.state_arrays())
-        if self.keeps_trained:
-            arrays.update({TRAINED + k: v for k, v in model_arrays(model, PARTS).items()})
-        return Record(arrays)
 
     @property
     def keeps_trained(self) -> bool:
@@ -380,13 +395,21 @@ class FedAvg(Method):
         return Record()
 
     def train_personal(self, down: Record, data: ClientData, seed: int, parts: tuple[str, ...],
-                       loss_fn: LossFn | None = None, lr: float | None = None) -> Record:
-        """Adaptation by training ``parts`` for ``evaluation.adapt_epochs`` epochs from ``down``."""
+                       loss: StageLoss | None = None, lr: float | None = None, prepared: bool = False) -> Record:
+        """Adaptation by training ``parts`` for ``evaluation.adapt_epochs`` epochs from ``down``
+        with ``loss`` (default: the method's); ``prepared``: from ``prepare``'s model and inputs
+        (FedProto's and FedPCL's prototypes), else from ``down`` as loaded."""
         torch.manual_seed(seed)
-        model = self.load(down, Record())
-        opt = self.optimizer(model, parts, Record(), lr=lr)
-        self.train(model, opt, data, seed, epochs=self.task.training.adapt_epochs, loss_fn=loss_fn)
-        return Record(model_arrays(model, self.personal))
+        fit = Fit(down, Record(), data, seed)
+        if prepared:
+            self.prepare(fit)
+        else:
+            fit.model = self.load(down, Record())
+        opt = self.optimizer(fit.model, parts, Record(), lr=lr)
+        objective = loss or self.loss
+        self.train(fit.model, opt, data, seed, epochs=self.task.training.adapt_epochs, fit=fit,
+                   loss_fn=lambda m, xb, yb: mean_loss(objective(m, xb, yb, fit)))
+        return Record(model_arrays(fit.model, self.personal))
 
 
 def tensors(data: ClientData) -> tuple[torch.Tensor, torch.Tensor]:

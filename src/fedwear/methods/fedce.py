@@ -224,16 +224,14 @@ class FedCE(ClusterModels):
         """The model ``sum_k u_k w_k`` (step 4; the personal model at evaluation)."""
         return self.loaded(combine(self.cluster_models(down), u))
 
-    def prepare(self, down, state, data, seed):
+    def prepare(self, fit):
         """The client's membership mix of the cluster models (steps 2-4)."""
-        self.membership = self.memberships(down, data, seed)
-        model = self.mixed(down, self.membership)
-        self.begin_fit(model, down, state)
-        return model
+        fit.notes["membership"] = self.memberships(fit.down, fit.data, fit.seed)
+        fit.model = self.mixed(fit.down, fit.notes["membership"])
 
-    def reply(self, model, data, loss):
-        up = super().reply(model, data, loss)
-        up.arrays[MEMBERSHIP] = self.membership
+    def reply(self, fit):
+        up = super().reply(fit)
+        up.arrays[MEMBERSHIP] = fit.notes["membership"]
         return up
 
     # ---- evaluation ---------------------------------------------------------------------

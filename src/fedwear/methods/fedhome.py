@@ -31,6 +31,7 @@ from torch import nn
 from fedwear.data.types import ClientData
 from fedwear.methods.api import Method, Options, Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
+from fedwear.methods.fit import Fit
 from fedwear.methods.training import host, model_arrays
 from fedwear.seeding import derive_seed
 
@@ -95,11 +96,13 @@ class FedHome(FedAvg):
         model = self.load(down, state)  # the final global body, the client's head (global at first)
         r, y = self.balanced_representations(model, data)
         opt = self.optimizer(model, HEAD, state, name="head", lr=self.options.head_lr)
+        fit = Fit(down, state, data, seed, round, model=model)
         # in order and unclipped, as userhome.py's train_pred
-        loss = self.train(model, opt, data, seed, loss_fn=self.head_loss, x=r, y=y, shuffle=False, clip=False)
-        kept = self.client_state(model, opt)  # the optimiser's state
+        fit.loss = self.train(model, opt, data, seed, loss_fn=self.head_loss, x=r, y=y, shuffle=False, clip=False)
+        fit.optimizer_state.update(opt.state_arrays())
+        kept = self.client_state(fit)  # the optimiser's state
         kept.arrays.update(model_arrays(model, HEAD))
-        return Record({}, {"num_examples": len(data.train), "loss": loss}), kept
+        return Record({}, {"num_examples": len(data.train), "loss": fit.loss}), kept
 
     #: Phase 1 is FedAvg's step, which ``fit_many`` trains together (``engine: batched``);
     #: phase 2's heads train client by client.

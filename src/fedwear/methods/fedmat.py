@@ -78,7 +78,7 @@ class FedMAT(FedAvg):
         load_arrays(self.model, {k: v for k, v in arrays.items() if not k.startswith(FC)})
         return self.model
 
-    def loss(self, model, x, y):
+    def loss(self, model, x, y, fit):
         return pairwise_loss(model.features(x), y, self.options.scale)
 
     def aggregate(self, server, replies, round, plan=None):

@@ -98,10 +98,9 @@ from fedwear.evaluation.predictor import Predictor
 from fedwear.methods import prototypes
 from fedwear.methods.api import Options, Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
-from fedwear.methods.fedrep import frozen
+from fedwear.methods.fit import Fit, Stage
 from fedwear.methods.prototypes import COUNT, MASK, PROTO
 from fedwear.methods.training import host, model_arrays, weighted_mean
-from fedwear.seeding import derive_seed
 
 #: The reply's feature statistics: ``h`` ([Q, k]) and ``v`` (float64 ``[1]``: Flower's arrays
 #: carry no 0-d shape).
@@ -246,9 +245,6 @@ class FedPAC(FedAvg):
         self.model.train()
         self.body_keys = [k for k in self.initial if k.startswith("body.")]
         self.head_keys = [k for k in self.initial if k.startswith("head.")]
-        #: The body step's alignment targets ``[Q, k]`` and their mask ``[Q]`` (set by ``fit``).
-        self.targets: torch.Tensor | None = None
-        self.target_mask: torch.Tensor | None = None
 
     # ---- server -------------------------------------------------------------------------------
     def init_server(self) -> Record:
@@ -304,17 +300,17 @@ class FedPAC(FedAvg):
         return None
 
     # ---- client -------------------------------------------------------------------------------
-    def head_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def head_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, fit: Fit | None) -> torch.Tensor:
         """The head step's objective: cross-entropy (both codes)."""
         return self.criterion(model(x), y)
 
-    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, fit: Fit | None) -> torch.Tensor:
         """The body step's objective: ``CE(head(z), y) + lamda * MSE(z, P̄[y])`` (module docstring)."""
         z = model.features(x)
         ce = self.criterion(model.head(z), y)
-        if self.targets is None:
+        if fit is None or "targets" not in fit.inputs:
             return ce
-        target = prototypes.targets(z, y, self.targets, self.target_mask)
+        target = prototypes.targets(z, y, fit.inputs["targets"], fit.inputs["target_mask"])
         return ce + self.options.lamda * prototypes.distance(z, target, "l2")
 
     def embed(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -329,50 +325,39 @@ class FedPAC(FedAvg):
         model.train(was)
         return z
 
-    def prepare(self, down, state, data, seed):
+    def prepare(self, fit):
         """The client's model: the server's body and combined head (which wins over the head
-        the client kept); the global prototypes for step 2."""
-        self.global_proto, self.global_mask = down.arrays[PROTO], down.arrays[MASK]
-        return self.load(Record({**state.arrays, **down.arrays}), Record())
+        the client kept)."""
+        fit.model = self.load(Record({**fit.state.arrays, **fit.down.arrays}), Record())
 
-    def local_update(self, model, state, data, seed):
+    def local_update(self, fit):
         """Steps 1 and 2: the head on the frozen body, then the body on the frozen head, aligned
         with the global prototypes."""
         o, q = self.options, self.task.num_classes
-        x, y = tensors(data)  # the host's (for the class bookkeeping below) and the device's copy
+        x, y = tensors(fit.data)  # the host's (for the class bookkeeping below) and the device's copy
         xd, yd = x.to(self.device), y.to(self.device)
-        head_opt = self.optimizer(model, ("head",), state, name="head",
-                                  lr=o.head_lr_factor * self.task.training.optimizer.lr)
-        with frozen(model.body):
-            self.train(model, head_opt, data, seed, epochs=o.head_epochs, loss_fn=self.head_loss, x=xd, y=yd)
-
-        glob = torch.from_numpy(self.global_proto).float()
-        mask = torch.from_numpy(self.global_mask).bool()
+        self.run_stage(fit, Stage("head", ("head",), self.head_loss, o.head_epochs,
+                                  lr=o.head_lr_factor * self.task.training.optimizer.lr))
+        glob = torch.from_numpy(fit.down.arrays[PROTO]).float()
+        mask = torch.from_numpy(fit.down.arrays[MASK]).bool()
         present = torch.bincount(y, minlength=q) > 0
-        self.received = None
+        received = None
         if o.statistics == "received" or bool((present & ~mask).any()):
-            self.received = feature_statistics(self.embed(model, xd), yd, q)  # the body as received
-        if self.received is not None:
-            own = torch.from_numpy(self.received[0])
-            glob = torch.where(mask[:, None], glob, own)
-        self.targets, self.target_mask = glob.to(self.device), (mask | present).float().to(self.device)
-        body_opt = self.optimizer(model, ("body",), state, name="body")
-        try:
-            with frozen(model.head):
-                loss = self.train(model, body_opt, data, derive_seed(seed, "body"), x=xd, y=yd)
-        finally:
-            self.targets = self.target_mask = None
-        return loss, (head_opt, body_opt)
+            received = feature_statistics(self.embed(fit.model, xd), yd, q)  # the body as received
+            glob = torch.where(mask[:, None], glob, torch.from_numpy(received[0]))
+        fit.notes["received"] = received
+        fit.inputs.update(targets=glob.to(self.device), target_mask=(mask | present).float().to(self.device))
+        self.run_stage(fit, Stage("body", ("body",), self.loss, self.local_epochs, seed="body"))
 
-    def reply(self, model, data, loss):
+    def reply(self, fit):
         """Step 3: both parts, and the feature statistics of the trained body (those of the
         received one with ``statistics: received``)."""
-        x, y = (t.to(self.device) for t in tensors(data))
-        means, counts, h, v = feature_statistics(self.embed(model, x), y, self.task.num_classes)
+        x, y = (t.to(self.device) for t in tensors(fit.data))
+        means, counts, h, v = feature_statistics(self.embed(fit.model, x), y, self.task.num_classes)
         if self.options.statistics == "received":
-            _, _, h, v = self.received
-        return Record({**model_arrays(model, ("body", "head")), PROTO: means, COUNT: counts, STAT_H: h, STAT_V: v},
-                      {"num_examples": len(data.train), "loss": loss})
+            _, _, h, v = fit.notes["received"]
+        return Record({**model_arrays(fit.model, ("body", "head")), PROTO: means, COUNT: counts, STAT_H: h, STAT_V: v},
+                      {"num_examples": len(fit.data.train), "loss": fit.loss})
 
     def personal_predictor(self, down: Record, state: Record) -> Predictor | None:
         """The server's body with the client's just-trained head (default), or with its combined

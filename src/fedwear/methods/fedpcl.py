@@ -63,7 +63,6 @@ from fedwear.methods import prototypes
 from fedwear.methods.api import Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg, tensors
 from fedwear.methods.prototypes import COUNT, MASK, PROTO, TargetBinOptions
-from fedwear.methods.training import LocalOptimizer
 from fedwear.models import SplitModel
 
 #: The clients' local prototypes in a server message: ``[m, Q, d]``, missing classes filled in.
@@ -198,12 +197,12 @@ class FedPCL(FedAvg):
         return None
 
     # ---- client -------------------------------------------------------------------------
-    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
-        """Keep this round's global prototypes, their mask and the clients' prototype sets."""
-        self.global_proto = self.on_device(down.arrays[PROTO])
-        self.global_mask = self.on_device(down.arrays[MASK])
-        self.proto_set = self.on_device(down.arrays[PROTO_SET])
-        self.any_present = bool(down.arrays[MASK].any())  # on the host: no wait for the device per batch
+    def prepare(self, fit):
+        """This round's global prototypes, their mask and the clients' prototype sets."""
+        super().prepare(fit)
+        fit.inputs.update(prototypes=self.on_device(fit.down.arrays[PROTO]), mask=self.on_device(fit.down.arrays[MASK]),
+                          proto_set=self.on_device(fit.down.arrays[PROTO_SET]))
+        fit.notes["any_present"] = bool(fit.down.arrays[MASK].any())  # on the host: no wait for the device per batch
 
     def represent(self, model: Projected, x: torch.Tensor) -> torch.Tensor:
         """``z``; with a frozen backbone its features come from eval mode without gradients."""
@@ -214,15 +213,18 @@ class FedPCL(FedAvg):
             return model.body[1](h)
         return model.features(x)
 
-    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    #: The loss is zero until some prototype is known, a branch the vectorised step cannot take.
+    trains_together = False
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, fit) -> torch.Tensor:
         """``criterion(head(z), y) + ld · (L_g + L_p)`` (``z`` detached in the head's term when
         ``task_loss`` is off)."""
         o = self.options
         z = self.represent(model, x)
         key = prototypes.keys(y, self.task, o)
-        mask, known = self.global_mask, self.any_present
-        con = (prototype_contrastive_loss(z, key, self.global_proto, mask, o.temperature, known)
-               + prototype_contrastive_loss(z, key, self.proto_set, mask, o.temperature, known))
+        mask, known = fit.inputs["mask"], fit.notes["any_present"]
+        con = (prototype_contrastive_loss(z, key, fit.inputs["prototypes"], mask, o.temperature, known)
+               + prototype_contrastive_loss(z, key, fit.inputs["proto_set"], mask, o.temperature, known))
         out = model.head(z if o.task_loss else z.detach())
         return self.criterion(out, y) + o.ld * con
 
@@ -230,10 +232,10 @@ class FedPCL(FedAvg):
     def trained_parts(self) -> tuple[str, ...]:
         return self.trained
 
-    def reply(self, model, data, loss):
+    def reply(self, fit):
         """The local prototypes (never the model)."""
-        proto, count = self.local_prototypes(model, data)
-        return Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": loss})
+        proto, count = self.local_prototypes(fit.model, fit.data)
+        return Record({PROTO: proto, COUNT: count}, {"num_examples": len(fit.data.train), "loss": fit.loss})
 
     def local_prototypes(self, model: Projected, data: ClientData) -> tuple[np.ndarray, np.ndarray]:
         """Per-key means of ``z`` over the train split after training (eval mode) and the counts."""
@@ -243,10 +245,10 @@ class FedPCL(FedAvg):
             z = model.features(x.to(self.device))
         return prototypes.class_means(z, prototypes.keys(y, self.task, self.options), self.num_keys)
 
-    def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:
+    def client_state(self, fit) -> Record:
         """FedAvg's (the whole model, optimiser state with ``optimizer.persist``), without a
         frozen backbone: it never leaves its initial weights."""
-        state = super().client_state(model, *opts)
+        state = super().client_state(fit)
         if self.options.backbone == "frozen":
             state.arrays = {k: v for k, v in state.arrays.items() if not k.startswith(BACKBONE + ".")}
         return state
@@ -255,8 +257,7 @@ class FedPCL(FedAvg):
         """fedwear's choice (the paper has no unseen clients): a new client trains its own model
         from the initial weights with the FedPCL objective toward the received prototypes, for
         ``evaluation.adapt_epochs`` epochs."""
-        self.begin_fit(self.model, down, Record())
-        return self.train_personal(down, data, seed, self.trained)
+        return self.train_personal(down, data, seed, self.trained, prepared=True)
 
 
 __all__ = ["FedPCL", "prototype_contrastive_loss"]

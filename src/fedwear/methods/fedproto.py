@@ -42,8 +42,7 @@ most of them backed by many windows.
 
 from __future__ import annotations
 
-import math
-from collections import deque
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -51,11 +50,10 @@ from pydantic import Field
 from torch import nn
 
 from fedwear.data.types import ClientData
-from fedwear.methods import batched, prototypes
+from fedwear.methods import prototypes
 from fedwear.methods.api import Plan, Record, Task
 from fedwear.methods.fedavg import FedAvg
 from fedwear.methods.prototypes import COUNT, MASK, PROTO, TargetBinOptions
-from fedwear.methods.training import host
 
 
 class FedProtoOptions(TargetBinOptions):
@@ -98,66 +96,34 @@ class FedProto(FedAvg):
         return {PROTO: (self.num_keys, self.dim), COUNT: (self.num_keys,)}
 
     # ---- client -------------------------------------------------------------------------
-    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
-        """Keep this round's global prototypes; nothing is recorded unless ``fit`` asks."""
-        self.global_proto = self.on_device(down.arrays[PROTO])
-        self.global_mask = self.on_device(down.arrays[MASK])
-        self.seen: deque | None = None
+    def prepare(self, fit):
+        """This round's global prototypes and which keys have one, for the regulariser."""
+        super().prepare(fit)
+        fit.inputs.update(prototypes=self.on_device(fit.down.arrays[PROTO]), mask=self.on_device(fit.down.arrays[MASK]))
 
-    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``criterion(head(z), y) + λ · MSE(z, C̄^(key))``, key = the class or the target's bin."""
+    def stages(self, fit):
+        """FedAvg's, recording the last epoch's embeddings per key (Eq. 3; the code's update_weights_het)."""
+        return [replace(stage, record="last_epoch", num_keys=self.num_keys) for stage in super().stages(fit)]
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, fit):
+        """``criterion(head(z), y) + λ · MSE(z, C̄^(key))``, key = the class or the target's bin;
+        with the embeddings, by key."""
         z = model.features(x)
         key = prototypes.keys(y, self.task, self.options)
-        if self.seen is not None:
-            self.seen.append((z.detach(), key))
-        target = prototypes.targets(z, key, self.global_proto, self.global_mask)
-        return self.criterion(model.head(z), y) + self.options.ld * prototypes.distance(z, target, "l2")
-
-    def prepare(self, down, state, data, seed):
-        model = super().prepare(down, state, data, seed)
-        self.seen = deque(maxlen=math.ceil(len(data.train) / self.batch_size))  # the last epoch's batches
-        return model
+        target = prototypes.targets(z, key, fit.inputs["prototypes"], fit.inputs["mask"])
+        return self.criterion(model.head(z), y) + self.options.ld * prototypes.distance(z, target, "l2"), (z, key)
 
     @property
     def trained_parts(self) -> tuple[str, ...]:
         return self.personal
 
-    def reply(self, model, data, loss):
-        """The local prototypes: per-key means of the last epoch's embeddings (Eq. 3; the code's update_weights_het)."""
-        q = self.num_keys
-        if self.seen:
-            z, y = (torch.cat(t) for t in zip(*self.seen, strict=True))
-            proto, count = prototypes.class_means(z, y, q)
-        else:  # local_epochs = 0: nothing seen, nothing to share
-            proto, count = np.zeros((q, self.dim), np.float32), np.zeros(q, np.float32)
-        self.seen = None
-        return Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": loss})
-
-    # ---- clients trained together (engine: batched) -----------------------------------------
-    trains_together = True
-
-    def fit_together(self, jobs):
-        """``fit`` of every job at once, the pull toward the global prototypes in the step and the
-        last epoch's embeddings summed per key; equal to ``fit`` up to float rounding
-        (tests/test_batched.py)."""
-        down = jobs[0][0]  # every client gets the server's prototypes
-        pull = batched.Pull(self.on_device(down.arrays[PROTO]), self.on_device(down.arrays[MASK]), self.options.ld)
-        work = []
-        for down, state, data, seed in jobs:
-            job = self.client_job(down, state, data, seed, "model", self.parameter_names())
-            job.keys = prototypes.keys(job.y, self.task, self.options)
-            work.append(job)
-        out = []
-        for (_, state, data, _), res in zip(jobs, self.train_together(work, pull=pull, record="last_epoch",
-                                                                     num_keys=self.num_keys), strict=True):
-            if res.embeddings is None:  # local_epochs = 0: nothing seen, nothing to share
-                proto, count = np.zeros((self.num_keys, self.dim), np.float32), np.zeros(self.num_keys, np.float32)
-            else:
-                proto, count = prototypes.means(res.embeddings, res.seen)
-            arrays = {n: host(w).copy() for n, w in res.weights.items()}
-            up = Record({PROTO: proto, COUNT: count}, {"num_examples": len(data.train), "loss": res.loss})
-            out.append((up, self.kept_together(state, arrays, {"model": res.momentum})))
-        return out
+    def reply(self, fit):
+        """The local prototypes: per-key means of the last epoch's embeddings (Eq. 3)."""
+        if fit.recorded is None:  # local_epochs = 0: nothing seen, nothing to share
+            proto, count = np.zeros((self.num_keys, self.dim), np.float32), np.zeros(self.num_keys, np.float32)
+        else:
+            proto, count = prototypes.means(*fit.recorded)
+        return Record({PROTO: proto, COUNT: count}, {"num_examples": len(fit.data.train), "loss": fit.loss})
 
     def global_message(self, server: Record) -> Record | None:
         return None
@@ -166,8 +132,7 @@ class FedProto(FedAvg):
         """fedwear's choice (the paper has no unseen clients): a new client trains its own model
         from the initial weights with the FedProto objective toward the received prototypes,
         for ``evaluation.adapt_epochs`` epochs."""
-        self.begin_fit(self.model, down, Record())
-        return self.train_personal(down, data, seed, self.personal)
+        return self.train_personal(down, data, seed, self.personal, prepared=True)
 
 
 __all__ = ["FedProto"]

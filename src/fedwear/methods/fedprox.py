@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 from pydantic import Field
 
 from fedwear.methods.api import Options
 from fedwear.methods.fedavg import FedAvg
-from fedwear.methods.proximal import Proximal
+from fedwear.methods.proximal import centres, proximal
 
 
 class FedProxOptions(Options):
@@ -20,18 +21,16 @@ class FedProx(FedAvg):
     name = "fedprox"
     summary = "FedProx (Li et al. 2020): FedAvg with a proximal term keeping local weights near the global ones."
     Options = FedProxOptions
-    trains_together = True  # FedAvg's step plus the proximal term, which engine=batched adds too
 
-    @property
-    def proximal_weight(self) -> float:
-        return self.options.mu
+    def prepare(self, fit):
+        """w_global, the model as received, is the anchor."""
+        super().prepare(fit)
+        anchor = centres([list(fit.model.parameters())])
+        fit.inputs.update(anchor=anchor, anchor_weight=torch.ones(1, dtype=anchor.dtype, device=anchor.device))
 
-    def begin_fit(self, model, down, state):
-        trained = [p for p in model.parameters() if p.requires_grad]
-        self.proximal = Proximal(trained, [[p.detach().clone() for p in trained]], [1.0], self.options.mu)
-
-    def loss(self, model, x, y):
-        return super().loss(model, x, y) + self.proximal()
+    def loss(self, model, x, y, fit):
+        return super().loss(model, x, y, fit) + proximal(
+            list(model.parameters()), fit.inputs["anchor"], fit.inputs["anchor_weight"], self.options.mu)
 
 
 __all__ = ["FedProx"]

@@ -20,8 +20,9 @@ MAX_DEPTH = 4
 SKIPPED = frozenset({"task", "options"})
 
 
-def tensor_bytes(method: object) -> int:
-    """Bytes of the distinct tensor storages reachable from ``method``'s attributes."""
+def tensor_bytes(method: object, fit: object = None) -> int:
+    """Bytes of the distinct tensor storages reachable from ``method``'s attributes and from the
+    client's ``fit`` (:class:`fedwear.methods.fit.Fit`: the loss's inputs, the corrections)."""
     seen: set[int] = set()
 
     def visit(x: object, depth: int) -> int:
@@ -44,7 +45,8 @@ def tensor_bytes(method: object) -> int:
             return sum(visit(v, depth + 1) for v in vars(x).values())  # a helper such as Proximal
         return 0
 
-    return sum(visit(v, 0) for k, v in vars(method).items() if k not in SKIPPED)
+    held = sum(visit(v, 0) for k, v in vars(method).items() if k not in SKIPPED)
+    return held + (visit(fit, 0) if fit is not None else 0)
 
 
 __all__ = ["tensor_bytes"]

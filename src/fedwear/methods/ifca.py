@@ -110,16 +110,14 @@ class IFCA(ClusterModels):
         """``argmin_k L(w_k; D_i)`` (IFCA's cluster identity estimate; the first k on ties)."""
         return int(np.argmin(self.cluster_losses(down, data)))
 
-    def prepare(self, down, state, data, seed):
+    def prepare(self, fit):
         """The cluster model with the lowest loss on the client's data."""
-        self.chosen = self.choose(down, data)
-        model = self.cluster_model(down, self.chosen)
-        self.begin_fit(model, down, state)
-        return model
+        fit.notes[CHOSEN] = self.choose(fit.down, fit.data)
+        fit.model = self.cluster_model(fit.down, fit.notes[CHOSEN])
 
-    def reply(self, model, data, loss):
-        up = super().reply(model, data, loss)
-        up.scalars[CHOSEN] = self.chosen
+    def reply(self, fit):
+        up = super().reply(fit)
+        up.scalars[CHOSEN] = fit.notes[CHOSEN]
         return up
 
     # ---- evaluation ---------------------------------------------------------------------

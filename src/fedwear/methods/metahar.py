@@ -91,9 +91,9 @@ class MetaHAR(Reptile):
             self.dim = int(self.model.eval().features(probe).shape[1])
 
     # ---- federated rounds ---------------------------------------------------------------
-    def loss(self, model, x, y):
+    def loss(self, model, x, y, fit):
         if self.options.train_loss == "ce":
-            return super().loss(model, x, y)
+            return super().loss(model, x, y, fit)
         return pairwise_loss(model.features(x), y, self.options.scale)
 
     # ---- personalisation ----------------------------------------------------------------

@@ -22,10 +22,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from fedwear.methods import batched
-from fedwear.methods.api import Options, Record, Task
+from fedwear.methods.api import Options
 from fedwear.methods.fedavg import PARTS, FedAvg
-from fedwear.methods.training import LocalOptimizer, load_arrays, model_arrays
+from fedwear.methods.training import model_arrays, reference_outputs, strip
 from fedwear.models import SplitModel
 
 PREV = "prev."
@@ -74,11 +73,6 @@ class Moon(FedAvg):
                "towards the global model's, away from the previous local model's.")
     Options = MoonOptions
 
-    def __init__(self, task: Task, options: Options) -> None:
-        super().__init__(task, options)
-        self.global_model = self.new_model().eval().requires_grad_(False)
-        self.prev_model = self.new_model().eval().requires_grad_(False)
-
     def new_model(self) -> SplitModel:
         """The configured model with MOON's projection head, initialised from the run seed."""
         model = super().new_model()
@@ -89,47 +83,26 @@ class Moon(FedAvg):
             t, dim = self.task, self.options.projection_dim
             return Projected(model, t.window, t.channels, dim, t.num_outputs).to(self.device)
 
-    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
-        """Frozen copies of this round's global model and of the client's previous model."""
-        load_arrays(self.global_model, {**self.initial, **down.arrays})
-        prev = {k[len(PREV):]: v for k, v in state.arrays.items() if k.startswith(PREV)}
-        load_arrays(self.prev_model, {**self.initial, **prev})
+    def prepare(self, fit):
+        """This round's global model and the client's previous one (every weight and buffer)."""
+        super().prepare(fit)
+        prev = strip(fit.state.arrays, PREV)
+        for name, arrays in (("global", fit.down.arrays), ("previous", prev)):
+            fit.inputs[name] = {k: torch.from_numpy(np.array(arrays.get(k, a))).to(self.device)  # copies
+                                for k, a in self.initial.items()}
 
-    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, model, x, y, fit):
         z = model.body(x)
-        with torch.no_grad():
-            z_glob, z_prev = self.global_model.body(x), self.prev_model.body(x)
+        z_glob, z_prev = (reference_outputs(model.body, strip(fit.inputs[name], "body."), x)
+                          for name in ("global", "previous"))
         con = contrastive_loss(z, z_glob, z_prev, self.options.temperature)
         return self.criterion(model.head(z), y) + self.options.mu * con
 
-    def client_state(self, model: nn.Module, *opts: LocalOptimizer) -> Record:
+    def client_state(self, fit):
         """FedAvg's, plus this round's trained model as the next round's previous model."""
-        state = super().client_state(model, *opts)
-        state.arrays.update({PREV + k: v for k, v in model_arrays(model, PARTS).items()})
+        state = super().client_state(fit)
+        state.arrays.update({PREV + k: v for k, v in model_arrays(fit.model, PARTS).items()})
         return state
-
-    # ---- clients trained together (engine: batched) -----------------------------------------
-    trains_together = True
-
-    def fit_together(self, jobs, **step):
-        """``fit`` of every job at once with the contrastive term in the vectorised step (each
-        client against the global model and its own previous one); equal to ``fit`` up to float
-        rounding (tests/test_batched.py)."""
-        return super().fit_together(jobs, contrast=batched.Contrast(self.options.mu, self.options.temperature))
-
-    def client_job(self, down, state, data, seed, optimizer, trained):
-        """FedAvg's job, plus the weights of the global and the previous model (``begin_fit``'s)."""
-        job = super().client_job(down, state, data, seed, optimizer, trained)
-        prev = {k[len(PREV):]: v for k, v in state.arrays.items() if k.startswith(PREV)}
-        job.references = tuple({n: torch.from_numpy(np.asarray(w[n])) for n in job.weights}
-                               for w in ({**self.initial, **down.arrays}, {**self.initial, **prev}))
-        return job
-
-    def kept_together(self, state, arrays, momenta):
-        """FedAvg's, plus the trained model as the next round's previous model."""
-        kept = super().kept_together(state, arrays, momenta)
-        kept.arrays.update({PREV + n: a for n, a in arrays.items()})
-        return kept
 
 
 __all__ = ["Moon", "contrastive_loss"]

@@ -19,6 +19,7 @@ so P_i^(j) is the embedding of the first class-j sample of the first body epoch 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -28,11 +29,10 @@ from pydantic import Field
 
 from fedwear.methods import prototypes
 from fedwear.methods.api import Record
-from fedwear.methods.batched import Pull
 from fedwear.methods.fedavg import tensors
 from fedwear.methods.fedrep import FedRep, FedRepOptions
 from fedwear.methods.prototypes import COUNT, MASK, PROTO
-from fedwear.methods.training import host, load_arrays, weighted_mean
+from fedwear.methods.training import host, weighted_mean
 
 
 class ProtoHAROptions(FedRepOptions):
@@ -64,9 +64,6 @@ class ProtoHAR(FedRep):
             k = self.model.eval().features(torch.zeros(2, task.window, task.channels, device=self.device)).shape[1]
         self.model.train()
         self.empty = {PROTO: np.zeros((task.num_classes, k), np.float32), MASK: np.zeros(task.num_classes, np.float32)}
-        #: Classes in the fitting client's train split (``fit`` sets it): ``record_first`` stops
-        #: once it has seen them all.
-        self.classes = task.num_classes
 
     # ---- server ---------------------------------------------------------------------------
     def init_server(self):
@@ -84,85 +81,56 @@ class ProtoHAR(FedRep):
         return {**spec, COUNT: down.arrays[MASK].shape}
 
     # ---- client ---------------------------------------------------------------------------
-    def begin_fit(self, model, down, state):
-        self.global_protos = self.on_device(down.arrays[PROTO])
-        self.global_mask = self.on_device(down.arrays[MASK])
-        self.first: dict[int, torch.Tensor] = {}  # code variant: first embedding seen per class
+    def prepare(self, fit):
+        """The global prototypes P and which classes have one, for Eq. 6."""
+        super().prepare(fit)
+        fit.inputs.update(prototypes=self.on_device(fit.down.arrays[PROTO]), mask=self.on_device(fit.down.arrays[MASK]))
 
-    def loss(self, model, x, y):
-        """Eq. 6: CE(h(phi(x)), y) + lambda * L_R(phi(x), P[y])."""
-        z = model.features(x)
-        target = prototypes.targets(z, y, self.global_protos, self.global_mask)
+    def stages(self, fit):
+        """FedRep's; the code variant's body step records each class's first embedding (the
+        forward pass before the step), its local prototype."""
+        head, body = super().stages(fit)
         if self.options.variant == "code":
-            self.record_first(z, y, target)
+            body = replace(body, record="first", num_keys=self.task.num_classes)
+        return [head, body]
+
+    def loss(self, model, x, y, fit):
+        """Eq. 6: CE(h(phi(x)), y) + lambda * L_R(phi(x), P[y]); with the embeddings, by class."""
+        z = model.features(x)
+        target = prototypes.targets(z, y, fit.inputs["prototypes"], fit.inputs["mask"])
         reg = prototypes.distance(z, target, self.options.distance)
-        return F.cross_entropy(model.head(z), y) + self.options.lamda * reg
+        return F.cross_entropy(model.head(z), y) + self.options.lamda * reg, (z, y)
 
-    def record_first(self, z, y, target) -> None:
-        """The code's local prototype: the first embedding of each class (from the forward pass
-        before the step), scaled by 1/n_j; re-weighting divides by its own weight instead. Reading
-        a batch's classes waits for the device: it stops once the client's every class is seen."""
-        if len(self.first) >= self.classes:
-            return
-        for c in torch.unique(y).tolist():
-            if c not in self.first:
-                self.first[c] = z[(y == c).nonzero()[0, 0]].detach().clone()
-
-    def prepare(self, down, state, data, seed):
-        self.classes = len(np.unique(data.train.y))
-        return super().prepare(down, state, data, seed)
-
-    def reply(self, model, data, loss):
+    def reply(self, fit):
         """The body, and the local prototypes P_i (Eq. 4)."""
-        up = super().reply(model, data, loss)
-        proto, count = self.local_prototypes(data)
+        up = super().reply(fit)
+        proto, count = self.local_prototypes(fit)
         up.arrays.update({PROTO: proto, COUNT: count})
         return up
 
-    # ---- clients trained together (engine: batched) -----------------------------------------
-    trains_together = True
-
-    def fit_together(self, jobs):
-        """``fit`` of every job at once: FedRep's two steps, the body's with the prototype pull
-        (Eq. 6) and, in the code variant, each client's first embedding of each class recorded;
-        equal to ``fit`` up to float rounding (tests/test_batched.py)."""
-        o = self.options
-        down = jobs[0][0]  # configure sends every client the server's record
-        pull = Pull(self.on_device(down.arrays[PROTO]), self.on_device(down.arrays[MASK]), o.lamda, o.distance)
-        heads, bodies = self.train_head_then_body(jobs, pull=pull, num_keys=self.task.num_classes,
-                                                  record="first" if o.variant == "code" else None)
-        out = []
-        for (down, state, data, _), head, body in zip(jobs, heads, bodies, strict=True):
-            arrays = {n: host(w).copy() for n, w in body.weights.items()}
-            self.begin_fit(self.model, down, state)
-            if body.embeddings is not None:  # the code variant's first embeddings
-                self.first = {c: body.embeddings[c] for c in np.flatnonzero(host(body.seen)).tolist()}
-            else:  # the paper variant's class means, from the trained model
-                load_arrays(self.model, arrays)
-            up = self.reply_together(arrays, data, body.loss)
-            up.arrays.update(zip((PROTO, COUNT), self.local_prototypes(data), strict=True))
-            out.append((up, self.kept_together(state, arrays, {"head": head.momentum, "body": body.momentum})))
-        return out
-
-    def local_prototypes(self, data) -> tuple[np.ndarray, np.ndarray]:
-        x, y = tensors(data)
+    def local_prototypes(self, fit) -> tuple[np.ndarray, np.ndarray]:
+        """The code variant: each class's first embedding scaled by 1/n_j (unscaled when
+        re-weighting: its own weight cancels); the paper variant: Eq. 4's class means of the
+        trained body (re-weighted by Eq. 5)."""
+        x, y = tensors(fit.data)
         q = self.task.num_classes
         counts = torch.bincount(y, minlength=q).float()
         if self.options.variant == "code":
-            proto = self.empty[PROTO].copy()
-            if self.first:
-                first = torch.stack(list(self.first.values())).cpu()  # to the host in one copy
-                for c, z in zip(self.first, first, strict=True):
-                    proto[c] = (z if self.options.reweight is not None else z / counts[c]).numpy()
-            return proto, counts.numpy()
+            if fit.recorded is None:  # no body step taken
+                return self.empty[PROTO].copy(), counts.numpy()
+            first, seen = (t.cpu() for t in fit.recorded)  # to the host in one copy each
+            scale = torch.ones_like(counts) if self.options.reweight is not None else counts.clamp(min=1)
+            proto = torch.where(seen.bool()[:, None], first / scale[:, None], torch.zeros_like(first))
+            return proto.numpy(), counts.numpy()
+        model = fit.model
         x, y = x.to(self.device), y.to(self.device)
         with torch.no_grad():
-            self.model.eval()
-            z = torch.cat([self.model.features(x[i : i + 256]) for i in range(0, len(x), 256)])
-            self.model.train()
+            model.eval()
+            z = torch.cat([model.features(x[i : i + 256]) for i in range(0, len(x), 256)])
+            model.train()
         if self.options.reweight is None:
             return prototypes.class_means(z, y, q)
-        target = prototypes.targets(z, y, self.global_protos, self.global_mask)
+        target = prototypes.targets(z, y, fit.inputs["prototypes"], fit.inputs["mask"])
         w = torch.exp(self.options.reweight * F.cosine_similarity(z, target, dim=1)).double()  # Eq. 5
         sums = torch.zeros(q, z.shape[1], dtype=torch.float64, device=z.device).index_add_(0, y, w[:, None] * z.double())
         norm = torch.zeros(q, dtype=torch.float64, device=z.device).index_add_(0, y, w).clamp(min=1e-12)

@@ -13,28 +13,22 @@ def flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors])
 
 
-class Proximal:
-    """``(lam / 2) sum_k u_k ||w - w_k||^2`` over ``params`` taken as one vector; its gradient is
-    ``lam sum_k u_k (w - w_k)``.
-
-    The centres are stacked once into a ``[K, P]`` matrix, so a step costs a handful of tensor
-    operations however many parameter tensors and centres there are. Built tensor by tensor, the
-    term is K x (parameter tensors) small operations and their backward: on PCFedH's LSTM(1 -> 10)
-    step with K = 4, about twice this form's CPU and a quarter of the step
-    (``benchmarks/step_overheads.py``, ``results/step_overheads.txt``).
-    """
-
-    def __init__(self, params: Sequence[torch.Tensor], centres: Sequence[Sequence[torch.Tensor]],
-                 weights: Sequence[float], lam: float) -> None:
-        self.params = list(params)
-        device = self.params[0].device if self.params else None  # centres given on the host: moved once
-        self.centres = torch.stack([flat(c).detach() for c in centres]).to(device)
-        self.weights = torch.as_tensor(list(weights), dtype=self.centres.dtype, device=self.centres.device)
-        self.lam = lam
-
-    def __call__(self) -> torch.Tensor:
-        squared = ((flat(self.params) - self.centres) ** 2).sum(dim=1)
-        return 0.5 * self.lam * (self.weights @ squared)
+def centres(models: Sequence[Sequence[torch.Tensor]], device: torch.device | str | None = None) -> torch.Tensor:
+    """The centres ``w_k`` as one ``[K, P]`` matrix (detached), on ``device``."""
+    stacked = torch.stack([flat(c).detach() for c in models])
+    return stacked if device is None else stacked.to(device)
 
 
-__all__ = ["Proximal"]
+def proximal(params: Sequence[torch.Tensor], centres: torch.Tensor, weights: torch.Tensor, lam: float) -> torch.Tensor:
+    """``(lam / 2) sum_k u_k ||w - w_k||^2`` over ``params`` taken as one vector (``centres``
+    ``[K, P]``, ``weights`` the ``[K]`` u_k); its gradient is ``lam sum_k u_k (w - w_k)``.
+
+    A handful of tensor operations however many parameter tensors and centres there are. Built
+    tensor by tensor, the term is K x (parameter tensors) small operations and their backward: on
+    PCFedH's LSTM(1 -> 10) step with K = 4, about twice this form's CPU and a quarter of the step
+    (``benchmarks/step_overheads.py``, ``results/step_overheads.txt``)."""
+    squared = ((flat(params) - centres) ** 2).sum(dim=1)
+    return 0.5 * lam * (weights @ squared)
+
+
+__all__ = ["centres", "flat", "proximal"]

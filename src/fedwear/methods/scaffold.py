@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 from pydantic import Field
-from torch import nn
 
 from fedwear.methods.api import Options, Plan, Record
-from fedwear.methods.fedavg import PARTS, FedAvg
-from fedwear.methods.training import host, load_arrays, model_arrays
+from fedwear.methods.fedavg import FedAvg
+from fedwear.methods.training import model_arrays
 
 C, CI = "c.", "ci."
 
@@ -71,74 +70,31 @@ class Scaffold(FedAvg):
             new[k] = np.asarray(v + step * mean, dtype=v.dtype)
         return Record(new, dict(server.scalars))
 
-    def begin_fit(self, model: nn.Module, down: Record, state: Record) -> None:
-        """Keep c and c_i (zeros on a client's first round) for the corrections."""
-        self.params = {n: p for n, p in model.named_parameters() if C + n in down.arrays}
-        self.c = {n: down.arrays[C + n] for n in self.params}
-        self.ci = {n: state.arrays.get(CI + n, np.zeros_like(c)) for n, c in self.c.items()}
-        self.correction = {n: self.on_device(self.c[n] - self.ci[n]) for n in self.params}
-        self.step_sizes = 0.0  # K eta_l
+    def prepare(self, fit):
+        """x, c and c_i (zeros on a client's first round); the correction c - c_i of every local
+        gradient (Alg. 1 line 10)."""
+        super().prepare(fit)
+        names = [n for n, _ in fit.model.named_parameters() if C + n in fit.down.arrays]
+        c = {n: fit.down.arrays[C + n] for n in names}
+        ci = {n: fit.state.arrays.get(CI + n, np.zeros_like(a)) for n, a in c.items()}
+        fit.correction = {n: self.on_device(c[n] - ci[n]) for n in names}
+        fit.notes.update(c=c, ci=ci, start=model_arrays(fit.model, self.shared))
 
-    def before_step(self, model: nn.Module) -> None:
-        """g_i(y_i) + c - c_i (Alg. 1 line 10)."""
-        for n, p in self.params.items():
-            if p.grad is None:
-                p.grad = self.correction[n].clone()
-            else:
-                p.grad.add_(self.correction[n])
-        group = self.opt.optimizer.param_groups[0]
-        self.step_sizes += group["lr"] / (1.0 - group.get("momentum", 0.0))  # heavy ball: eta / (1 - beta)
-
-    def prepare(self, down, state, data, seed):
-        model = super().prepare(down, state, data, seed)
-        self.start = model_arrays(model, self.shared)  # x, the server model
-        return model
-
-    def local_update(self, model, state, data, seed):
-        self.opt = self.optimizer(model, self.trained_parts, state)  # before_step reads its learning rate
-        return self.train(model, self.opt, data, seed), (self.opt,)
-
-    def reply(self, model, data, loss):
-        """Delta y_i and Delta c_i (Alg. 1 lines 12-13), c_i+ by option II."""
-        x, y = self.start, model_arrays(model, self.shared)
-        self.ci_new = {  # option II (line 12); no step taken (no data): c_i is kept
-            n: (self.ci[n] - self.c[n] + (x[n] - y[n]) / self.step_sizes).astype(self.ci[n].dtype)
-            if self.step_sizes else self.ci[n]
-            for n in self.params
+    def reply(self, fit):
+        """Delta y_i and Delta c_i (Alg. 1 lines 12-13), c_i+ by option II; K eta_l is
+        ``fit.step_sizes`` (heavy ball: eta / (1 - beta) a step, module docstring)."""
+        x, y = fit.notes["start"], model_arrays(fit.model, self.shared)
+        c, ci, steps = fit.notes["c"], fit.notes["ci"], fit.step_sizes
+        fit.notes["ci_new"] = ci_new = {  # option II (line 12); no step taken (no data): c_i is kept
+            n: (ci[n] - c[n] + (x[n] - y[n]) / steps).astype(ci[n].dtype) if steps else ci[n] for n in c
         }
-        up = {**{k: y[k] - x[k] for k in x}, **{C + n: self.ci_new[n] - self.ci[n] for n in self.params}}
-        return Record(up, {"num_examples": len(data.train), "loss": loss})
+        up = {**{k: y[k] - x[k] for k in x}, **{C + n: ci_new[n] - ci[n] for n in c}}
+        return Record(up, {"num_examples": len(fit.data.train), "loss": fit.loss})
 
-    # ---- clients trained together (engine: batched) -----------------------------------------
-    trains_together = True
-
-    def fit_together(self, jobs):
-        """``fit`` of every job at once, each client's gradients corrected by its own ``c - c_i``;
-        equal to ``fit`` up to float rounding (tests/test_batched.py)."""
-        names, work, variates = self.parameter_names(), [], []
-        for down, state, data, seed in jobs:
-            job = self.client_job(down, state, data, seed, "model", names)
-            self.begin_fit(self.model, down, state)
-            job.correction = self.correction
-            work.append(job)
-            variates.append((self.params, self.c, self.ci))
-        o = self.task.training.optimizer
-        out = []
-        for job, res, (_, state, data, _), variate in zip(work, self.train_together(work), jobs, variates, strict=True):
-            self.params, self.c, self.ci = variate  # as begin_fit left them for this client
-            self.start = {n: job.weights[n].numpy().copy() for n in self.parameter_names(self.shared)}
-            self.step_sizes = res.steps * o.lr / (1.0 - o.momentum)  # K eta_l, as before_step sums it
-            load_arrays(self.model, {n: host(w) for n, w in res.weights.items()})
-            up = self.reply(self.model, data, res.loss)
-            kept = self.kept_together(state, model_arrays(self.model, PARTS), {"model": res.momentum})
-            kept.arrays.update({CI + n: v for n, v in self.ci_new.items()})
-            out.append((up, kept))
-        return out
-
-    def client_state(self, model, *opts):
+    def client_state(self, fit):
         """FedAvg's, plus c_i+."""
-        kept = super().client_state(model, *opts)
-        kept.arrays.update({CI + n: v for n, v in self.ci_new.items()})
+        kept = super().client_state(fit)
+        kept.arrays.update({CI + n: v for n, v in fit.notes["ci_new"].items()})
         return kept
 
 

@@ -22,7 +22,8 @@ from fedwear.data.types import ClientData
 from fedwear.methods import clustering
 from fedwear.methods.api import Options, Plan, Record, Selection, Task
 from fedwear.methods.fedavg import PARTS, FedAvg
-from fedwear.methods.proximal import Proximal
+from fedwear.methods.fit import Fit
+from fedwear.methods.proximal import centres, proximal
 from fedwear.methods.training import load_arrays, model_arrays
 from fedwear.models import build_model
 from fedwear.seeding import derive_seed
@@ -80,9 +81,9 @@ class ClusterModels(FedAvg):
     def trained_parts(self) -> tuple[str, ...]:
         return PARTS  # the whole model the client starts from, whichever cluster's it is
 
-    def reply(self, model, data, loss):
+    def reply(self, fit):
         """The trained model, for the server to fold into the clusters it was drawn for."""
-        return Record(model_arrays(model, PARTS), {"num_examples": len(data.train), "loss": loss})
+        return Record(model_arrays(fit.model, PARTS), {"num_examples": len(fit.data.train), "loss": fit.loss})
 
 
 class SoftClustered(ClusterModels):
@@ -125,24 +126,27 @@ class SoftClustered(ClusterModels):
     def fit_soft(self, down: Record, state: Record, data: ClientData, seed: int, lam: float,
                  start: dict[str, np.ndarray] | None = None) -> tuple[Record, Record]:
         """One drawn client: its persistent model (or ``start``) trained on the task's loss plus
-        :class:`~fedwear.methods.proximal.Proximal` towards the cluster models in ``down``."""
-        model = self.load(Record(), state)
+        :func:`~fedwear.methods.proximal.proximal` towards the cluster models in ``down``."""
+        fit = Fit(down, state, data, seed)
+        fit.model = model = self.load(Record(), state)
         if start is not None:
             load_arrays(model, start)
         u = state.arrays[U]
-        centres = [[self.on_device(down.arrays[CLUSTER.format(k) + n]) for n, _ in model.named_parameters()]
-                   for k in range(len(self.cluster_initial))]
-        proximal = Proximal(list(model.parameters()), centres, u, lam)
+        towards = centres([[self.on_device(down.arrays[CLUSTER.format(k) + n]) for n, _ in model.named_parameters()]
+                           for k in range(len(self.cluster_initial))], self.device)
+        weights = torch.as_tensor(list(u), dtype=towards.dtype, device=towards.device)
+        params = list(model.parameters())
 
         def loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             out = self.criterion(m(x), y)
-            return out + proximal() if lam else out
+            return out + proximal(params, towards, weights, lam) if lam else out
 
         opt = self.optimizer(model, self.trained_parts, state)
-        up = self.reply(model, data, self.train(model, opt, data, seed, loss_fn=loss))
-        kept = self.client_state(model, opt)
+        fit.loss = self.train(model, opt, data, seed, loss_fn=loss)
+        fit.optimizer_state.update(opt.state_arrays())
+        kept = self.client_state(fit)
         kept.arrays[U] = u
-        return up, kept
+        return self.reply(fit), kept
 
     def personal_predictor(self, down, state):
         """Each client's own model (PCFedH's evaluation, pcfedh/pcfedh validators.py)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from fedwear.methods.api import Record
 
@@ -40,6 +41,25 @@ def load_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
         for k, a in arrays.items():
             if k in state:
                 state[k].copy_(torch.from_numpy(np.asarray(a)))
+
+
+def strip(arrays: dict, prefix: str) -> dict:
+    """The entries of ``arrays`` under ``prefix``, named without it (a part's own state-dict names)."""
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+def reference_outputs(module: nn.Module, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``module(x)`` with ``weights`` (names of its state dict: parameters and buffers) in place of
+    its own, in eval mode, without gradient: a frozen reference model (MOON's global and previous
+    models, a distillation teacher) that needs no model object of its own, so a loss using it
+    stays a function of its inputs and trains together."""
+    was = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            return functional_call(module, weights, (x,))
+    finally:
+        module.train(was)
 
 
 def part_parameters(model: nn.Module, parts: Iterable[str]) -> list[nn.Parameter]:
