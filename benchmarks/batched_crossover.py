@@ -4,7 +4,7 @@
 
 For fedwear's SmallCNN at growing sizes, K clients each train 2 local epochs (batch 16, SGD
 momentum 0.9) either one after another with ``train_epochs`` (what ``engine: sim`` runs) or
-all together with ``methods.batched.train_together`` (what ``engine: batched`` runs), in one
+all together with ``methods.together.train_together`` (what ``engine: batched`` runs), in one
 process, one thread, interleaved repeats; medians of CPU-seconds (with ``--device cuda``: wall
 seconds on the GPU, synchronised around each side, after one unmeasured warm-up repeat). The
 training FLOPs per window (``train_flops_per_window``) are printed next to the ratio: the rule
@@ -20,14 +20,18 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fedwear.methods.batched import ClientJob, train_flops_per_window, train_together
+from fedwear.methods.fit import Fit, Stage
+from fedwear.methods.together import SGD, Client, train_flops_per_window, train_together
 from fedwear.methods.training import train_epochs
 from fedwear.models import build_model
 
 SHAPES = [(32, 3, 8), (64, 3, 16), (128, 3, 16), (128, 3, 32), (128, 6, 64), (256, 6, 64)]  # window, channels, width
 
 
-def _one_by_one(model, jobs: list[ClientJob]) -> None:
+STAGE = Stage("model", ("body", "head"), lambda m, x, y, fit: F.cross_entropy(m(x), y), epochs=2)
+
+
+def _one_by_one(model, jobs: list[Client]) -> None:
     device = next(model.parameters()).device
     for job in jobs:
         model.load_state_dict(job.weights)
@@ -37,8 +41,8 @@ def _one_by_one(model, jobs: list[ClientJob]) -> None:
                      loss_fn=lambda m, x, y: F.cross_entropy(m(x), y))
 
 
-def _together(model, jobs: list[ClientJob]) -> None:
-    train_together(model, jobs, epochs=2, batch_size=16, lr=0.01, momentum=0.9, weight_decay=0.0, clip=None)
+def _together(model, jobs: list[Client]) -> None:
+    train_together(model, STAGE, jobs, SGD(lr=0.01, momentum=0.9, weight_decay=0.0, clip=None, batch_size=16))
 
 
 def main() -> None:
@@ -60,8 +64,8 @@ def main() -> None:
         model = build_model("cnn", window, channels, 6, width=width).to(args.device)
         flops = train_flops_per_window(model, window, channels, 6)
         start = {k: p.detach().clone() for k, p in model.named_parameters()}
-        jobs = [ClientJob(start, torch.randn(args.windows, window, channels), torch.randint(0, 6, (args.windows,)), k)
-                for k in range(args.clients)]
+        jobs = [Client(Fit.of_inputs({}), start, torch.randn(args.windows, window, channels),
+                       torch.randint(0, 6, (args.windows,)), k, None) for k in range(args.clients)]
         times: dict[str, list[float]] = {"alone": [], "together": []}
         clock = time.perf_counter if gpu else time.process_time
         for repeat in range(args.repeats + gpu):

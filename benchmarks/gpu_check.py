@@ -72,7 +72,10 @@ def most_clients_together(limit: int = 4096, budget_s: float = 90.0) -> tuple[in
     """(the most clients trained together before the GPU ran out of memory, seconds per client
     there): FedAvg's batched step, HARCNN on 512 x 6 windows, 10 classes, 64 windows a client,
     1 epoch of batch 32."""
-    from fedwear.methods.batched import ClientJob, train_together
+    import torch.nn.functional as F
+
+    from fedwear.methods.fit import Fit, Stage
+    from fedwear.methods.together import SGD, Client, train_together
     from fedwear.models import build_model
 
     torch.manual_seed(0)
@@ -80,11 +83,13 @@ def most_clients_together(limit: int = 4096, budget_s: float = 90.0) -> tuple[in
     start = {k: p.detach().clone() for k, p in model.named_parameters()}
     best, per_client, n, began = 0, float("nan"), 8, time.time()
     while n <= limit and time.time() - began < budget_s:
-        jobs = [ClientJob(start, torch.randn(64, 512, 6), torch.randint(0, 10, (64,)), k) for k in range(n)]
+        jobs = [Client(Fit.of_inputs({}), start, torch.randn(64, 512, 6), torch.randint(0, 10, (64,)), k, None)
+                for k in range(n)]
         try:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            train_together(model, jobs, epochs=1, batch_size=32, lr=0.01, momentum=0.9, weight_decay=0.0, clip=None)
+            train_together(model, Stage("model", ("body", "head"), lambda m, x, y, fit: F.cross_entropy(m(x), y), 1),
+                           jobs, SGD(lr=0.01, momentum=0.9, weight_decay=0.0, clip=None, batch_size=32))
             torch.cuda.synchronize()
         except torch.cuda.OutOfMemoryError:
             break

@@ -34,7 +34,7 @@ def child(name: str, window: int, channels: int, classes: int, threads: int, ste
     import torch.nn.functional as F
 
     from fedwear.engines.process import prepare_process
-    from fedwear.methods.batched import train_flops_per_window
+    from fedwear.methods.together import train_flops_per_window
     from fedwear.models import build_model
 
     prepare_process(threads)

@@ -1,8 +1,8 @@
 """The client-batched engine: the in-process engine, with a round's clients trained together.
 
-``engine: batched`` hands a round's fits to ``Method.fit_many``; FedAvg-family methods with the
-plain local step on a small model train them in one vectorised computation
-(``fedwear.methods.batched``), the others one after another as in ``engine: sim``. Evaluation,
+``engine: batched`` hands a round's fits to ``Method.fit_many``; FedAvg-family methods whose losses
+read only their arguments, on a small model, train them in one vectorised computation
+(``fedwear.methods.together``), the others one after another as in ``engine: sim``. Evaluation,
 client states and checkpoints are the in-process engine's.
 """
 
