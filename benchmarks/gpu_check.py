@@ -40,7 +40,7 @@ import fedwear
 from fedwear import files
 from fedwear.config import load_config
 from fedwear.data.preprocess import bundled_root
-from fedwear.rundir import read_table
+from fedwear.rundir import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -64,7 +64,7 @@ def round_seconds(config: str, root: Path, rounds: int, **sets) -> float:
     cfg = load_config(REPO / config, [f"{k}={v}" for k, v in raw.items()])
     with tempfile.TemporaryDirectory() as out:
         fedwear.run(cfg, Path(out) / "run")
-        timing = read_table(Path(out) / "run" / files.TIMING)
+        timing = RunFolder(Path(out) / "run").table(files.TIMING)
     return float(timing["wall_s"].iloc[1 : rounds - 1].median())
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 from fedwear import files
 from fedwear.errors import FedwearError
 from fedwear.report.embeddings import Restored, restore_run
-from fedwear.rundir import read_table
+from fedwear.rundir import RunFolder
 from fedwear.seeding import derive_seed
 
 
@@ -67,7 +67,7 @@ def cluster_moves(r: Restored) -> dict[int, float]:
 
 
 def personalized_rows(run: Path) -> pd.DataFrame:
-    m = read_table(run / files.METRICS)
+    m = RunFolder(run).table(files.METRICS)
     return m[(m["view"] == "personalized") & (m["split"] == "test")].reset_index(drop=True)
 
 

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from fedwear import files
-from fedwear.rundir import read_table
+from fedwear.rundir import RunFolder
 
 
 def run_cpu(folder: Path) -> dict[str, float]:
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    t = read_table(folder / files.TIMING)
+    t = RunFolder(folder).timing()
     t = t[t["round"] > 0]
     every, last = cfg["evaluation"]["every"], cfg["rounds"]
     evaluated = t[(t["round"] % every == 0) | (t["round"] == last)]

@@ -204,7 +204,7 @@ def test_ctrl_c_finishes_the_round_checkpoints_it_and_says_so(tmp_path):
     out = tmp_path / "run"
     err = ctrl_c_after(cfg_path, out, rows=3)
     assert not (out / "summary.json").exists()
-    last = rundir.last_round(out / "rounds.csv")
+    last = rundir.RunFolder(out).last_round()
     end = (out / "run.log").read_text().strip().splitlines()[-1]
     assert f"end: interrupted at round {last}; checkpoint of round {last}: continue with --resume" in end
     assert "end: finished" not in (out / "run.log").read_text()

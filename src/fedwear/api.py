@@ -48,7 +48,7 @@ class Result:
 
     @property
     def metrics(self) -> pd.DataFrame:
-        return rundir.read_table(self.out_dir / files.METRICS)
+        return rundir.RunFolder(self.out_dir).table(files.METRICS)
 
 
 def default_out_dir(cfg: RunConfig, latest: bool = False) -> Path:
@@ -247,9 +247,9 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
 
     from fedwear.summary import build_summary
 
-    metrics = rundir.read_table(out / files.METRICS)
-    rounds = rundir.read_table(out / files.ROUNDS)
-    wall = float(rundir.read_table(out / files.TIMING)["wall_s"].sum())  # all segments of a resumed run
+    folder = rundir.RunFolder(out)
+    metrics, rounds = folder.table(files.METRICS), folder.table(files.ROUNDS)
+    wall = float(folder.table(files.TIMING)["wall_s"].sum())  # all segments of a resumed run
     summary = build_summary(cfg, metrics, rounds, wall, __version__)
     # execution settings, out of the config hash; the thread count can change float rounding
     summary["versions"].update({"threads": torch.get_num_threads(), "nice": os.nice(0), **(execution or {})})

@@ -75,6 +75,11 @@ RUN_FILES = (files.CONFIG, files.METRICS, files.ROUNDS, files.TIMING, CONFUSION_
              files.TENSORBOARD)
 
 
+#: The text columns of a run folder's CSV files; every other column holds numbers.
+TEXT_COLUMNS = ("client", "view", "split", "clients", "dropped", "rejected")
+REREAD_FIX = "rerun the experiment with `fedwear run` (or finish it with --resume)"
+
+
 @dataclass
 class Plan:
     """What to do with a run directory: start fresh, continue from ``checkpoint``, or reuse."""
@@ -84,9 +89,65 @@ class Plan:
     restarted: bool = False  # ``restart``: a run with nothing to resume starts again
 
 
+@dataclass(frozen=True)
+class RunFolder:
+    """One run folder as fedwear reads it: whether it is one (its marker), which config it ran and
+    how far it got, and its per-round tables as the round loop wrote them (:func:`read_table`).
+    Every name in it comes from :mod:`fedwear.files`; writing is the callbacks' and the summary's."""
+
+    path: Path
+
+    @property
+    def marked(self) -> bool:
+        """Whether it holds fedwear's marker."""
+        return (self.path / MARKER).is_file()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run wrote its summary.json (its last act)."""
+        return (self.path / files.SUMMARY).exists()
+
+    def config_hash(self) -> str | None:
+        """The hash of its config.yaml (None: none, or unreadable)."""
+        try:
+            return load_config(self.path / files.CONFIG).hash()
+        except ConfigError:
+            return None
+
+    def of_another_config(self, cfg: RunConfig) -> bool:
+        """Whether it holds a run of a config other than ``cfg``."""
+        return (self.path / files.CONFIG).exists() and self.config_hash() != cfg.hash()
+
+    def table(self, name: str, columns: Sequence[str] = (), fix: str = REREAD_FIX, at_round: int | None = None
+              ) -> pd.DataFrame:
+        """A per-round CSV file (:func:`read_table`), up to ``at_round`` when given."""
+        frame = read_table(self.path / name, columns, fix)
+        return frame if at_round is None or "round" not in frame else frame[frame["round"] <= at_round]
+
+    def last_round(self) -> int:
+        """The last round rounds.csv records (0: none)."""
+        rounds = self.path / files.ROUNDS
+        if not rounds.exists():
+            return 0
+        with rounds.open(newline="") as f:
+            return max((int(r["round"]) for r in complete_rows(f)), default=0)
+
+    def timing(self, at_round: int | None = None) -> pd.DataFrame:
+        """timing.csv (up to ``at_round``), empty when the run has none yet."""
+        if not (self.path / files.TIMING).exists():
+            return pd.DataFrame()
+        fix = "continue the run with the same command, which rewrites it, or remove the run folder"
+        return self.table(files.TIMING, ["round"], fix, at_round)
+
+    def cpu_s(self, at_round: int | None = None) -> float:
+        """CPU seconds over its rounds (up to ``at_round``; NaN for runs begun before timing.csv had cpu_s)."""
+        t = self.timing(at_round)
+        return float(t["cpu_s"].sum()) if len(t) and "cpu_s" in t else float("nan")
+
+
 def is_run(out: Path) -> bool:
     """Whether ``out`` holds fedwear's marker."""
-    return (out / MARKER).is_file()
+    return RunFolder(out).marked
 
 
 def foreign_files(out: Path) -> list[str]:
@@ -116,7 +177,7 @@ def write_marker(out: Path) -> None:
 
 def finished_summary(cfg: RunConfig, out: Path) -> dict | None:
     """The summary of the finished run of ``cfg`` in ``out``, or None (reading nothing else)."""
-    if not is_run(out) or _config_hash(out) != cfg.hash():
+    if not is_run(out) or RunFolder(out).config_hash() != cfg.hash():
         return None
     data = _read_json(out / files.SUMMARY)
     return None if data is None else read_summary(data, out / files.SUMMARY)
@@ -143,14 +204,14 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
     if overwrite:
         return Plan()
     if not resume:
-        if _config_hash(out) == cfg.hash():
+        if RunFolder(out).config_hash() == cfg.hash():
             raise FedwearError(f"{out} already holds a run of this config: add --resume to continue (or reuse) it, "
                                "--overwrite to replace it, or pass --out with a new folder")
         raise FedwearError(f"{out} already holds a run of a different config: pass --out with a new folder, "
                            "or --overwrite to replace that run")
     if (summary := finished_summary(cfg, out)) is not None:
         return Plan(finished=summary)
-    same = _config_hash(out) == cfg.hash()
+    same = RunFolder(out).config_hash() == cfg.hash()
     if not same:
         raise FedwearError(
             f"{out} holds a run with a different config: --resume needs the same config and "
@@ -166,7 +227,7 @@ def plan(cfg: RunConfig, out: Path, resume: bool, overwrite: bool, restart: bool
     ckpt = load_checkpoint(out / CHECKPOINT)
     if ckpt["config_hash"] != cfg.hash():
         raise FedwearError(f"{out / CHECKPOINT} belongs to another config: rerun with --overwrite")
-    written = last_round(out / files.ROUNDS)
+    written = RunFolder(out).last_round()
     if written < ckpt["round"]:
         raise FedwearError(
             f"{out / CHECKPOINT} is at round {ckpt['round']} but rounds.csv ends at round {written}: "
@@ -210,14 +271,6 @@ def clear(out: Path) -> None:
                 entry.unlink()
         with contextlib.suppress(OSError):  # a user's file left in it keeps it
             path.rmdir()
-
-
-def last_round(rounds_csv: Path) -> int:
-    """The last round recorded in rounds.csv (0 if none)."""
-    if not rounds_csv.exists():
-        return 0
-    with rounds_csv.open(newline="") as f:
-        return max((int(r["round"]) for r in complete_rows(f)), default=0)
 
 
 def refuse_links(folder: Path, *subfolders: str) -> None:
@@ -306,23 +359,11 @@ class RunLock:
             folder.rmdir()
 
 
-def _config_hash(out: Path) -> str | None:
-    try:
-        return load_config(out / files.CONFIG).hash()
-    except ConfigError:
-        return None
-
-
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-#: The text columns of a run folder's CSV files; every other column holds numbers.
-TEXT_COLUMNS = ("client", "view", "split", "clients", "dropped", "rejected")
-REREAD_FIX = "rerun the experiment with `fedwear run` (or finish it with --resume)"
 
 
 def read_table(path: Path, columns: Sequence[str] = (), fix: str = REREAD_FIX) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import yaml
 from fedwear import files
 from fedwear.config import flat_params, load_config
 from fedwear.errors import ConfigError, FedwearError
-from fedwear.rundir import read_table
+from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics, build_summary, metric_columns, read_summary
 from fedwear.version import __version__
 
@@ -126,7 +126,7 @@ class Run:
         path = self.path / files.CONFUSION
         if not path.is_file():
             return None
-        frame = read_table(path, CONFUSION_COLUMNS)
+        frame = RunFolder(self.path).table(files.CONFUSION, CONFUSION_COLUMNS)
         if self.unfinished:
             last = self.rounds["round"].max() if len(self.rounds) else -1
             frame = frame[frame["round"] <= last]
@@ -257,7 +257,8 @@ def load_run(path: Path) -> Run:
     when it stopped before its first evaluation."""
     unfinished = not (path / files.SUMMARY).is_file() and (path / files.CONFIG).is_file()
     summary = {} if unfinished else _read_summary(path / files.SUMMARY)
-    frames = {name: read_table(path / name, cols) for name, cols in REQUIRED.items()}
+    folder = RunFolder(path)
+    frames = {name: folder.table(name, cols) for name, cols in REQUIRED.items()}
     if unfinished:  # rows of a round whose rounds.csv line was never written are not that far yet
         last = frames[files.ROUNDS]["round"].max() if len(frames[files.ROUNDS]) else -1
         frames = {name: f[f["round"] <= last] for name, f in frames.items()}

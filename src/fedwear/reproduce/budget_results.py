@@ -29,8 +29,8 @@ from fedwear.reproduce.run_files import (
     rounds_cell,
     rounds_run,
     seed_cell,
-    total_cpu_s,
 )
+from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics
 
 
@@ -52,7 +52,7 @@ def budget_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None
     tags = [src.label for src in cfg.dataset.sources]  # a merged dataset: the views of each source's users too
     source = metrics["client"].map(lambda c: source_of(str(c), tags))
     return {"rounds": rounds_run(where, at_round), "of": cfg.rounds, "seed": cfg.seed,
-            "views": final_views(metrics), "cpu_s": total_cpu_s(where, at_round),
+            "views": final_views(metrics), "cpu_s": RunFolder(where).cpu_s(at_round),
             "by_source": {t: final_views(metrics[source == t]) for t in tags}}
 
 

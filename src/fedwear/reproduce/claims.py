@@ -49,9 +49,9 @@ from fedwear.reproduce.calibration import (
     placebo,
     simulate,
 )
-from fedwear.reproduce.run_files import matching_metrics, of_another_config, rounds_run
+from fedwear.reproduce.run_files import matching_metrics, rounds_run
 from fedwear.reproduce.seed_test import ALPHA, TEST_NAME, TEST_TEXT, SeedTest, seed_client_test
-from fedwear.rundir import read_table
+from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics, best_round
 from fedwear.version import __version__
 
@@ -309,7 +309,7 @@ def evaluate(claim: Claim, runs_root: Path, data_root: Path,
             runs.setdefault(m, []).append((cfg.seed, ran, cfg.rounds))
             if ran >= cfg.rounds:
                 finished.setdefault(m, {})[cfg.seed] = (cfg, where)
-        elif of_another_config(cfg, where):
+        elif RunFolder(where).of_another_config(cfg):
             stale.add(where.name)
     run_text = {m: ", ".join(f"s{s} ({r}/{p})" for s, r, p in sorted(v)) for m, v in sorted(runs.items())}
     unseeded = {m: sorted(set(exp.more_seeds.get(m, exp.seeds)) - set(finished.get(m, {}))) for m in needed}
@@ -604,7 +604,7 @@ def tests_against(runs: dict[str, list[tuple[dict, Path]]], reference: str, sele
 
     def values(summary: dict, where: Path) -> pd.Series:
         r = summary["final_round"] if select == "final" else summary["best_rounds"].get(view, summary["best_round"])
-        m = read_table(where / files.METRICS)
+        m = RunFolder(where).table(files.METRICS)
         rows = m[(m["view"] == view) & (m["split"] == "test") & (m["round"] == r)]
         return rows.set_index(rows["client"].astype(str))[metric].astype(float).dropna() * scale
 

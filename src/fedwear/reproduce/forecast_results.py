@@ -25,8 +25,8 @@ from fedwear.reproduce.run_files import (
     matching_metrics,
     numbers_by_method,
     rounds_cell,
-    total_cpu_s,
 )
+from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics
 
 METRICS = KIND_METRICS["regression"]
@@ -56,7 +56,7 @@ def final_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     drift = None
     if len(earlier) and final in mse.index:
         drift = (int(earlier.index[-1]), float(mse[final] - earlier.iloc[-1]))
-    return {"rounds": final, "of": cfg.rounds, "views": views, "cpu_s": total_cpu_s(where, at_round),
+    return {"rounds": final, "of": cfg.rounds, "views": views, "cpu_s": RunFolder(where).cpu_s(at_round),
             "seed": cfg.seed, "drift": drift}
 
 

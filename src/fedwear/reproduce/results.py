@@ -25,10 +25,10 @@ from fedwear.reproduce.run_files import (
     numbers_by_method,
     rounds_cell,
     seed_cell,
-    timing,
     with_notes,
 )
 from fedwear.reproduce.views_results import write_views_results
+from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics, best_round
 
 LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
@@ -49,7 +49,7 @@ def run_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     own_best = sel.groupby("metric")["weighted"].max()
     curve = sel[sel["metric"] == "accuracy"].set_index("round")["weighted"]
     per_round, clock = float("nan"), "cpu"
-    times = timing(where, at_round)
+    times = RunFolder(where).timing(at_round)
     if len(times):  # CPU-seconds; runs begun before timing.csv had cpu_s: wall seconds
         later = times[times["round"] > 0]
         if "cpu_s" in later and later["cpu_s"].notna().any():

@@ -12,9 +12,9 @@ import pandas as pd
 import yaml
 
 from fedwear import files
-from fedwear.config import RunConfig, load_config
+from fedwear.config import RunConfig
 from fedwear.errors import ConfigError
-from fedwear.rundir import last_round, read_table
+from fedwear.rundir import RunFolder
 from fedwear.version import __version__
 
 if TYPE_CHECKING:
@@ -27,15 +27,10 @@ def matching_metrics(cfg: RunConfig, where: Path, at_round: int | None = None) -
     it was not run yet or is a run of another config."""
     if not (where / files.METRICS).exists() or not (where / files.CONFIG).exists():
         return None
-    if of_another_config(cfg, where):
+    if RunFolder(where).of_another_config(cfg):
         return None
-    metrics = cut(read_table(where / files.METRICS), at_round)
+    metrics = RunFolder(where).table(files.METRICS, at_round=at_round)
     return None if metrics.empty else metrics
-
-
-def of_another_config(cfg: RunConfig, where: Path) -> bool:
-    """Whether ``where`` holds a run of a config other than ``cfg`` (its table's config changed since)."""
-    return (where / files.CONFIG).exists() and load_config(where / files.CONFIG).hash() != cfg.hash()
 
 
 def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]],
@@ -47,7 +42,7 @@ def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, P
     for m, cfg, where in runs:
         if m != method:
             continue
-        if of_another_config(cfg, where):
+        if RunFolder(where).of_another_config(cfg):
             earlier.append(f"s{cfg.seed}")
         elif at_round is not None and short_of(where, at_round) and (done := rounds_run(where)) > 0:
             short.append(f"s{cfg.seed}: {done}/{cfg.rounds}")
@@ -60,47 +55,27 @@ def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, P
 def short_of(where: Path, at_round: int) -> bool:
     """Whether an unfinished run has not reached ``at_round`` yet (its numbers would be of a
     smaller budget than the other rows')."""
-    return not (where / files.SUMMARY).exists() and rounds_run(where) < at_round
-
-
-def cut(frame: pd.DataFrame, at_round: int | None) -> pd.DataFrame:
-    """The rows of a per-round file up to ``at_round`` (all of them without one)."""
-    return frame if at_round is None or "round" not in frame else frame[frame["round"] <= at_round]
-
-
-def timing(where: Path, at_round: int | None = None) -> pd.DataFrame:
-    """``timing.csv`` (one row per round, up to ``at_round`` when given), empty when the run has none."""
-    path = where / files.TIMING
-    if not path.exists():
-        return pd.DataFrame()
-    fix = "continue the run with the same command, which rewrites it, or remove the run folder"
-    return cut(read_table(path, ["round"], fix), at_round)
-
-
-def total_cpu_s(where: Path, at_round: int | None = None) -> float:
-    """The run's CPU seconds over its rounds (up to ``at_round``; NaN for runs begun before
-    timing.csv had cpu_s)."""
-    t = timing(where, at_round)
-    return float(t["cpu_s"].sum()) if len(t) and "cpu_s" in t else float("nan")
-
-
-def rounds_done(where: Path) -> int:
-    """The last round a run folder's ``timing.csv`` records (0 when it has not started)."""
-    t = timing(where)
-    return int(t["round"].max()) if len(t) else 0
+    return not RunFolder(where).finished and rounds_run(where) < at_round
 
 
 def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
     """How far a table's runs got: finished runs, and rounds done out of all rounds planned."""
-    finished = sum((where / files.SUMMARY).exists() for _, _, where in runs)
-    done = sum(cfg.rounds if (where / files.SUMMARY).exists() else rounds_done(where) for _, cfg, where in runs)
+    folders = [(cfg, RunFolder(where)) for _, cfg, where in runs]
+    finished = sum(folder.finished for _, folder in folders)
+    done = sum(cfg.rounds if folder.finished else _timed_rounds(folder) for cfg, folder in folders)
     planned = sum(cfg.rounds for _, cfg, _ in runs)
     return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
 
 
+def _timed_rounds(folder: RunFolder) -> int:
+    """The last round a run folder's ``timing.csv`` records (0 when it has not started)."""
+    t = folder.timing()
+    return int(t["round"].max()) if len(t) else 0
+
+
 def rounds_run(where: Path, at_round: int | None = None) -> int:
     """The last round in a run folder's ``rounds.csv`` (0 when none), or ``at_round`` if that is earlier."""
-    last = last_round(where / files.ROUNDS)
+    last = RunFolder(where).last_round()
     return last if at_round is None else min(last, at_round)
 
 

@@ -26,16 +26,14 @@ from fedwear.config import EvaluationConfig
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     context_section,
-    cut,
     header,
     matching_metrics,
     numbers_by_method,
     rounds_cell,
     rounds_run,
     seed_cell,
-    timing,
 )
-from fedwear.rundir import read_table
+from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics, best_round, per_client_best
 
 
@@ -77,14 +75,14 @@ def _cost(where: Path, at_round: int | None) -> dict:
     """CPU seconds per training round (median), training bytes per round (mean, down + up) and
     the tensor bytes a client's method held while training (median of the rounds' largest)."""
     out = {"cpu_s": float("nan"), "bytes": float("nan"), "held": float("nan")}
-    t = timing(where, at_round)
+    t = RunFolder(where).timing(at_round)
     if len(t):
         t = t[t["round"] > 0]
         if len(t) and "cpu_s" in t:
             out["cpu_s"] = float(t["cpu_s"].median())
     rounds = where / files.ROUNDS
     if rounds.exists():
-        r = cut(read_table(rounds), at_round)
+        r = RunFolder(where).table(files.ROUNDS, at_round=at_round)
         r = r[r["round"] > 0]
         if len(r):
             out["bytes"] = float((r["bytes_down"] + r["bytes_up"]).mean())
