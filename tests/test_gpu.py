@@ -18,8 +18,9 @@ import fedwear
 from fedwear.cli import app
 from fedwear.methods import METHODS
 from fedwear.methods.api import Method, Task, Training
+from fedwear.methods.host_sync import STEP_GUARD, cuda_sync_errors
 from tests.helpers import PHASES, config_for
-from tests.test_batched import PERSIST, assert_trained_together_equals_fit
+from tests.test_batched import PERSIST, TOGETHER, assert_trained_together_equals_fit
 
 CUDA = torch.cuda.is_available()
 #: cuda against cpu after 2 rounds (fp32, no TF32): train losses to this relative difference,
@@ -100,13 +101,27 @@ def test_batched_on_cuda_equals_sim_on_cuda(tmp_path, method):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="torch sees no CUDA device")
-@pytest.mark.parametrize("method", sorted(n for n, c in METHODS.items() if getattr(c, "trains_together", False)))
+@pytest.mark.parametrize("method", TOGETHER)
 def test_clients_trained_together_on_cuda_equal_fit_on_cuda(tmp_path, monkeypatch, method):
     """The vectorised step of every method that has one, checked against its ``fit`` every round
     on cuda (as ``tests/test_batched.py::test_clients_trained_together_equal_fit`` on the CPU; cuda's kernels round
     differently for stacked inputs, hence the looser tolerance)."""
     # PERSIST: momentum kept across rounds, so a round mixes clients with and without kept buffers
     assert_trained_together_equals_fit(tmp_path, monkeypatch, method, {"device": "cuda", **PERSIST}, config_for, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="torch sees no CUDA device")
+@pytest.mark.parametrize("engine", ["sim", "batched"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_no_training_step_waits_for_the_gpu(tmp_path, method, engine):
+    """Every training step under torch's sync debug mode set to raise (on the CPU,
+    ``tests/test_methods_state.py`` holds the steps to the same with fedwear's own guard)."""
+    token = STEP_GUARD.set(cuda_sync_errors)
+    try:
+        two_rounds(method, tmp_path, device="cuda", engine=engine)
+    finally:
+        STEP_GUARD.reset(token)
 
 
 @pytest.mark.slow

@@ -1,6 +1,11 @@
-"""No method object holds a client's state: a client's values travel in its ``Fit`` (or its state
-``Record``), so one method object can serve every client in turn (``sim``), a round's clients at
-once (``batched``), or a node (Flower)."""
+"""Two properties of every method's training, checked on one run per method and engine:
+
+- no method object holds a client's state: a client's values travel in its ``Fit`` (or its state
+  ``Record``), so one method object can serve every client in turn (``sim``), a round's clients
+  at once (``batched``), or a node (Flower);
+- no training step waits for the device: every step runs under
+  :class:`~fedwear.methods.host_sync.HostSyncGuard`, which fails on a host synchronisation (on
+  cuda, ``tests/test_gpu.py`` uses torch's sync debug mode)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import torch
 
 import fedwear
 from fedwear.methods import METHODS
+from fedwear.methods.host_sync import STEP_GUARD, HostSync, HostSyncGuard
+from fedwear.methods.training import train_epochs
 from tests.helpers import PHASES, config_for
 
 #: Attributes a fit may change: what the method measures over the run, and what it derives once.
@@ -36,8 +43,16 @@ def snapshot(method: object) -> dict[str, object]:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["sim", "batched"])
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_no_method_object_holds_a_clients_state_between_its_hooks(tmp_path, monkeypatch, method, engine):
+def test_no_method_holds_a_clients_state_and_no_training_step_waits_for_the_device(tmp_path, monkeypatch,
+                                                                                  method, engine):
     cls = METHODS[method]
+    guarded = []
+
+    def guard():
+        guarded.append(1)
+        return HostSyncGuard()
+
+    token = STEP_GUARD.set(guard)
     checked = []
     for name in ("fit", "fit_many"):
         real = getattr(cls, name)
@@ -53,5 +68,32 @@ def test_no_method_object_holds_a_clients_state_between_its_hooks(tmp_path, monk
 
         monkeypatch.setattr(cls, name, spied)
     torch.manual_seed(0)
-    fedwear.run(config_for(method, engine=engine, **PHASES.get(method, {})), tmp_path)
-    assert checked
+    try:
+        fedwear.run(config_for(method, engine=engine, **PHASES.get(method, {})), tmp_path)
+    finally:
+        STEP_GUARD.reset(token)
+    assert checked and guarded
+
+
+def _steps(loss) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    train_epochs(model, opt, x, y, epochs=1, batch_size=4, generator=torch.Generator().manual_seed(0), loss_fn=loss)
+
+
+def test_the_guard_fails_on_a_host_synchronisation_in_a_step():
+    def ce(m, x, y):
+        return torch.nn.functional.cross_entropy(m(x), y)
+
+    token = STEP_GUARD.set(HostSyncGuard)
+    try:
+        _steps(ce)  # a step that reads nothing back
+        for reads in (lambda out: out.item(), lambda out: bool(out > 0), lambda out: out.tolist(),
+                      lambda out: out[out > 0], lambda out: out.nonzero()):
+            with pytest.raises(HostSync):
+                _steps(lambda m, x, y, reads=reads: reads(ce(m, x, y)) and ce(m, x, y))
+    finally:
+        STEP_GUARD.reset(token)
+    _steps(lambda m, x, y: ce(m, x, y) + 0 * ce(m, x, y).item())  # without the guard: no check, no cost

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fedwear.methods.host_sync import host_side
+
 
 def _pick_counterpart(sim: torch.Tensor, n: int) -> torch.Tensor:
     """Mean cross-entropy over ``[..., 2n, 2n]`` similarities where row i's target is column
@@ -77,12 +79,13 @@ def overlapping_crops(length: int, batch: int, min_crop: int, generator: torch.G
     def draw(low: int, high: int, size: int = 1) -> torch.Tensor:  # integers in [low, high]
         return torch.randint(low, high + 1, (size,), generator=generator)
 
-    crop = int(draw(min_crop, length))
-    left = int(draw(0, length - crop))
-    right = left + crop
-    eleft = int(draw(0, left))
-    eright = int(draw(right, length))
-    offsets = draw(-eleft, length - eright, batch)
+    with host_side():  # the draws are host tensors: reading them waits for no device
+        crop = int(draw(min_crop, length))
+        left = int(draw(0, length - crop))
+        right = left + crop
+        eleft = int(draw(0, left))
+        eright = int(draw(right, length))
+        offsets = draw(-eleft, length - eright, batch)
     return eleft, left, right, eright, offsets
 
 

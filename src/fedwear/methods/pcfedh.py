@@ -56,6 +56,7 @@ from fedwear.methods.contrastive import (
     take_windows,
 )
 from fedwear.methods.fedavg import tensors
+from fedwear.methods.host_sync import host_side
 from fedwear.methods.soft_clustering import (
     CLUSTER,
     SoftClustered,
@@ -85,7 +86,8 @@ def update_swa(swa: AveragedModel, model: nn.Module) -> None:
     rule: copy the first, then ``w + (w_model - w) / (n + 1)``), with the count read from
     ``swa.n_averaged`` on the host: torch's own update copies the count to the weights' device,
     which makes the host wait for the device after every step."""
-    n = int(swa.n_averaged)  # a CPU buffer (AveragedModel's default): no device sync
+    with host_side():
+        n = int(swa.n_averaged)  # a CPU buffer (AveragedModel's default): no device sync
     for averaged, current in zip(swa.parameters(), model.parameters(), strict=True):
         averaged.copy_(current if n == 0 else averaged + (current - averaged) / (n + 1))
     for averaged, current in zip(swa.module.buffers(), model.buffers(), strict=True):

@@ -22,6 +22,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedwear.methods.fit import Fit, Stage, empty_recording, mean_loss, record
+from fedwear.methods.host_sync import step_guard
 
 
 @dataclass
@@ -160,36 +161,37 @@ def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: S
             if s < len(plan):
                 groups[len(plan[s][1])].append(k)
         for ks in groups.values():
-            sel = None if len(ks) == k_all else torch.tensor(ks, dtype=torch.long, device=device)
-            rows = torch.stack([plans[k][s][1] + offsets[k] for k in ks]).to(device)
-            grads, (loss, aux) = step_fn({n: _take(w[n], sel) for n in trained}, {n: _take(w[n], sel) for n in frozen},
-                                         _take(inputs, sel), x[rows], y[rows])
-            with torch.no_grad():
-                if stage.record is not None and aux:
-                    z, key = aux
-                    if recording is None:
-                        recording = empty_recording(stage.record, k_all, stage.num_keys, z.shape[-1], z)
-                    last = [stage.record == "first" or plans[k][s][0] == stage.epochs - 1 for k in ks]
-                    if all(last):
-                        ks_rec = ks
-                    else:  # "last_epoch": only the clients in their last epoch
-                        ks_rec = [k for k, keep in zip(ks, last, strict=True) if keep]
-                        pick = torch.tensor([i for i, keep in enumerate(last) if keep], dtype=torch.long, device=device)
-                        z, key = z.index_select(0, pick), key.index_select(0, pick)
-                    if ks_rec:
-                        at = torch.tensor(ks_rec, dtype=torch.long, device=device)
-                        emb, seen = record(stage.record, recording[0].index_select(0, at),
-                                           recording[1].index_select(0, at), z, key)
-                        recording = (recording[0].index_copy(0, at, emb), recording[1].index_copy(0, at, seen))
-                update = _sgd_step({n: _take(w[n], sel) for n in trained}, grads,
-                                   {n: _take(buf[n], sel) for n in trained},
-                                   [not has_buffer[k] for k in ks], {n: _take(correction[n], sel) for n in trained}
-                                   if corrected else None, sgd, device)
-                for n, (new_w, new_buf) in update.items():
-                    w[n] = new_w if sel is None else w[n].index_copy(0, sel, new_w)
-                    buf[n] = new_buf if sel is None else buf[n].index_copy(0, sel, new_buf)
-                loss = loss.double()
-                totals = totals + loss if sel is None else totals.index_add(0, sel, loss)
+            with step_guard():  # a host synchronisation here fails under the guard (host_sync.py)
+                sel = None if len(ks) == k_all else torch.tensor(ks, dtype=torch.long, device=device)
+                rows = torch.stack([plans[k][s][1] + offsets[k] for k in ks]).to(device)
+                grads, (loss, aux) = step_fn({n: _take(w[n], sel) for n in trained}, {n: _take(w[n], sel) for n in frozen},
+                                             _take(inputs, sel), x[rows], y[rows])
+                with torch.no_grad():
+                    if stage.record is not None and aux:
+                        z, key = aux
+                        if recording is None:
+                            recording = empty_recording(stage.record, k_all, stage.num_keys, z.shape[-1], z)
+                        last = [stage.record == "first" or plans[k][s][0] == stage.epochs - 1 for k in ks]
+                        if all(last):
+                            ks_rec = ks
+                        else:  # "last_epoch": only the clients in their last epoch
+                            ks_rec = [k for k, keep in zip(ks, last, strict=True) if keep]
+                            pick = torch.tensor([i for i, keep in enumerate(last) if keep], dtype=torch.long, device=device)
+                            z, key = z.index_select(0, pick), key.index_select(0, pick)
+                        if ks_rec:
+                            at = torch.tensor(ks_rec, dtype=torch.long, device=device)
+                            emb, seen = record(stage.record, recording[0].index_select(0, at),
+                                               recording[1].index_select(0, at), z, key)
+                            recording = (recording[0].index_copy(0, at, emb), recording[1].index_copy(0, at, seen))
+                    update = _sgd_step({n: _take(w[n], sel) for n in trained}, grads,
+                                       {n: _take(buf[n], sel) for n in trained},
+                                       [not has_buffer[k] for k in ks], {n: _take(correction[n], sel) for n in trained}
+                                       if corrected else None, sgd, device)
+                    for n, (new_w, new_buf) in update.items():
+                        w[n] = new_w if sel is None else w[n].index_copy(0, sel, new_w)
+                        buf[n] = new_buf if sel is None else buf[n].index_copy(0, sel, new_buf)
+                    loss = loss.double()
+                    totals = totals + loss if sel is None else totals.index_add(0, sel, loss)
             for k in ks:
                 has_buffer[k] = True
     step_size = sgd.lr / (1.0 - sgd.momentum)

@@ -15,6 +15,7 @@ from torch import nn
 from torch.func import functional_call
 
 from fedwear.methods.api import Record
+from fedwear.methods.host_sync import step_guard
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -197,19 +198,20 @@ def train_epochs(
     for _ in range(epochs):
         order = (torch.randperm(n, generator=generator) if shuffle else torch.arange(n)).to(x.device)
         for start in range(0, end, batch_size):
-            idx = order[start : start + batch_size]
-            with autocast(x.device):
-                loss = loss_fn(model, x[idx], y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip:
-                nn.utils.clip_grad_norm_(params, clip)
-            if before_step is not None:
-                before_step()
-            optimizer.step()
-            if after_step is not None:
-                after_step()
-            total += loss.detach().double()
+            with step_guard():
+                idx = order[start : start + batch_size]
+                with autocast(x.device):
+                    loss = loss_fn(model, x[idx], y[idx])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if clip:
+                    nn.utils.clip_grad_norm_(params, clip)
+                if before_step is not None:
+                    before_step()
+                optimizer.step()
+                if after_step is not None:
+                    after_step()
+                total += loss.detach().double()
             steps += 1
             if step_hook is not None:
                 step_hook(steps, planned)
