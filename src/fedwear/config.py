@@ -234,6 +234,11 @@ class RunConfig(Strict):
         "(a GPU's TF32 matmuls and convolutions) or bf16 (autocast of forward passes; engine=batched then trains "
         "client by client)",
     )
+    compile: bool = Field(
+        False, description="torch.compile the model's body and head (fewer kernel launches; clients then train one "
+        "by one): numbers agree with an uncompiled run up to float rounding, and on the CPUs measured it is slower "
+        "(docs/performance.md, \"torch.compile\")",
+    )
     deterministic: bool = Field(
         False, description="torch's deterministic algorithms (and CUBLAS_WORKSPACE_CONFIG on a GPU): the same "
         "numbers on every run of a GPU, at some speed; the CPU's are deterministic either way"

@@ -116,6 +116,7 @@ class Training:
     grad_clip: float | None
     device: str  # cpu or cuda (``auto`` resolved by :attr:`Method.device`)
     precision: str
+    compile: bool  # torch.compile the model's body and head
     model: str
     model_options: dict[str, Any]
     optimizer: Any  # the config's ``optimizer`` block: name, lr, momentum, weight_decay, persist, ...
@@ -131,7 +132,7 @@ class Training:
         ev = config.evaluation
         return Training(config.method, dict(config.method_options.get(config.method) or {}), config.seed,
                         config.rounds, config.local_epochs, config.batch_size, config.drop_last, config.grad_clip,
-                        config.device, config.precision, config.model.name, dict(config.model.options),
+                        config.device, config.precision, config.compile, config.model.name, dict(config.model.options),
                         config.optimizer, ev.batch_size, ev.personal_model, ev.adapt_epochs, config.privacy.dp)
 
 

@@ -99,10 +99,14 @@ class FedAvg(Method):
         cfg = self.task.training
         with torch.random.fork_rng():
             torch.manual_seed(cfg.seed)
-            return build_model(
+            model = build_model(
                 cfg.model, self.task.window, self.task.channels, self.task.num_outputs,
                 **cfg.model_options,
             ).to(self.device)
+        if cfg.compile:  # in place: the same module, parameters and state-dict names
+            model.body.compile()
+            model.head.compile()
+        return model
 
     def on_device(self, a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         """An array as a tensor on the model's device (no copy on the CPU)."""
@@ -349,11 +353,12 @@ class FedAvg(Method):
     @cached_property
     def vectorizable(self) -> bool:
         """Whether ``fit_many`` can train clients together: the class's step (``trains_together``),
-        SGD without a scheduler in fp32, a pure model (no buffers or dropout) small enough for
+        SGD without a scheduler in fp32, uncompiled, a pure model (no buffers or dropout) small enough for
         batching to pay on its device (``VECTORIZE_MAX_TRAIN_FLOPS``)."""
         o, t = self.task.training.optimizer, self.task
         return (
             self.trains_together and not self.task.training.drop_last and self.task.training.precision == "fp32"
+            and not self.task.training.compile
             and o.name == "sgd" and o.scheduler == "none"
             and together.can_vectorize(self.model)
             and together.train_flops_per_window(self.model, t.window, t.channels, t.num_outputs)
