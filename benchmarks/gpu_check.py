@@ -3,12 +3,15 @@
     python benchmarks/gpu_check.py [--data ROOT] [--out DIR] [--rounds 4]
 
 1. The ``gpu`` tests (``tests/test_gpu.py``): every method 2 rounds on cuda against the CPU,
-   ``engine: batched`` against ``sim`` on cuda, and every vectorised step against its ``fit``.
+   ``engine: batched`` against ``sim`` on cuda, every vectorised step against its ``fit``, and
+   every method's training steps under torch's sync debug mode (no step waits for the GPU).
 2. Seconds per training round (median of rounds 2 to R-1 of an R-round run, from the run's
    ``timing.csv``; round 1 warms up, round R evaluates): a ProtoHAR-protocol FedAvg round and a
    ProtoHAR round (``configs/protohar/usc_had.yaml``) on ``sim``/cuda, ``batched``/cuda and
    ``sim``/cpu, and a FedAli round on UCI HAPT (``configs/fedali/uci_hapt.yaml``) on
-   ``sim``/cuda and ``batched``/cuda, with the speed-up of ``batched`` over ``sim``.
+   ``sim``/cuda and ``batched``/cuda, with the speed-up of ``batched`` over ``sim``, and on
+   ``sim``/cuda with ``compile: true`` (torch.compile of the body and head; its compilation falls
+   in round 1, which is not timed).
 3. ``benchmarks/batched_crossover.py --device cuda``: where training clients together pays on
    the GPU (the rule ``VECTORIZE_MAX_TRAIN_FLOPS["cuda"]``).
 4. The most clients trained together (FedAvg's step on the ProtoHAR protocol's HARCNN, batch 32,
@@ -144,7 +147,8 @@ def main() -> int:
     emit("## Seconds per training round", "",
          f"Median wall seconds of rounds 2-{args.rounds - 1} of a {args.rounds}-round run (round 1 warms up, "
          f"the last evaluates), from each run's timing.csv; threads: the config's.", "",
-         "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cpu |", "|---|---|---:|---:|---:|---:|")
+         "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cuda, compiled | sim, cpu |",
+         "|---|---|---:|---:|---:|---:|---:|")
 
     def timed(config: str, root: Path, **sets) -> str | float:
         try:
@@ -159,8 +163,9 @@ def main() -> int:
         cpu = timed(config, root, device="cpu", **sets) if "FedAli" not in name else None
         sim = timed(config, root, device="cuda", **sets) if CUDA else None
         bat = timed(config, root, device="cuda", engine="batched", **sets) if CUDA else None
+        compiled = timed(config, root, device="cuda", compile=True, **sets) if CUDA else None
         ratio = f"{sim / bat:.2f}x" if isinstance(sim, float) and isinstance(bat, float) else "-"
-        emit(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(cpu)} |")
+        emit(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(compiled)} | {fmt(cpu)} |")
     if CUDA:
         cmd = [sys.executable, "benchmarks/batched_crossover.py", "--device", "cuda"]
         table = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
