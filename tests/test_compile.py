@@ -26,3 +26,12 @@ def test_a_compiled_model_trains_client_by_client():
     method = build_method(Task(Training.of(cfg), 32, 3, 3, 6))
     assert not method.vectorizable
     assert hasattr(method.model.body, "_compiled_call_impl") and method.model.body._compiled_call_impl is not None
+
+
+def test_compile_on_the_cpu_without_a_compiler_is_refused_in_one_line(monkeypatch):
+    from fedwear.config import check_consistency
+    from fedwear.errors import ConfigError
+
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ConfigError, match="needs a C\\+\\+ compiler"):
+        check_consistency(tiny_config(compile=True))

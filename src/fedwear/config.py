@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import shutil
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -508,6 +510,9 @@ def check_consistency(cfg: RunConfig) -> None:
         if "cuda" not in able:
             raise ConfigError(f"device=cuda: method={cfg.method} runs on the CPU only (its own tensors are not "
                               f"placed on a device); set device=cpu")
+    if cfg.compile and cfg.device != "cuda" and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "c++")):
+        raise ConfigError("compile: true on the CPU needs a C++ compiler for torch.compile's kernels and none is on "
+                          "PATH (g++, c++ or $CXX): install one (Debian: apt-get install g++) or set compile: false")
     private = [k for k, on in (("flower.secagg.enabled", cfg.flower.secagg.enabled),
                                ("privacy.dp", cfg.privacy.dp != "none")) if on]
     if private and not method_class(cfg.method).mean_aggregation:
