@@ -41,7 +41,6 @@ from fedwear.methods.training import (
     weighted_mean,
 )
 from fedwear.models import SplitModel, build_model
-from fedwear.seeding import derive_seed
 
 log = logging.getLogger("fedwear")
 PARTS = ("body", "head")
@@ -239,7 +238,7 @@ class FedAvg(Method):
         what it records in ``fit.recorded``, its mean loss in ``fit.loss``."""
         model = fit.model
         opt = self.optimizer(model, stage.parts, fit.state, name=stage.optimizer, lr=stage.lr)
-        seed = fit.seed if stage.seed is None else derive_seed(fit.seed, stage.seed)
+        seed = stage.batch_seed(fit)
         recorder = Recorder(stage, fit)
 
         def loss_fn(m, xb, yb):
@@ -320,8 +319,7 @@ class FedAvg(Method):
         sgd = SGD(stage.lr or o.lr, o.momentum, o.weight_decay, cfg.grad_clip, self.batch_size)
         prefixes = tuple(f"{p}." for p in stage.parts)
         trained = [n for n, _ in self.model.named_parameters() if n.startswith(prefixes)]
-        clients = [Client(fit, start, *tensors(fit.data),
-                          fit.seed if stage.seed is None else derive_seed(fit.seed, stage.seed),
+        clients = [Client(fit, start, *tensors(fit.data), stage.batch_seed(fit),
                           self.kept_momentum(fit.state, stage.optimizer, trained))
                    for fit, start in zip(fits, starts, strict=True)]
         results: list[Trained] = []

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from fedwear.methods.api import Record
+from fedwear.seeding import derive_seed
 
 if TYPE_CHECKING:
     from torch import nn
@@ -48,6 +49,10 @@ class Stage:
     seed: str | None = None  # the batch order's seed is ``derive_seed(fit.seed, seed)`` when set
     record: Recording | None = None
     num_keys: int = 0  # prototype keys the recording holds
+
+    def batch_seed(self, fit: Fit) -> int:
+        """The seed of the client's batch order in this stage."""
+        return fit.seed if self.seed is None else derive_seed(fit.seed, self.seed)
 
 
 @dataclass
