@@ -9,10 +9,10 @@ alone (random gradients), torch's per-parameter loop against the fused kernel, f
 FedAli, Meta-HAR/FedMAT and PCFedH tables train, with the largest difference between the two
 updates after 20 steps (float rounding only).
 
-(b) ``methods/proximal.Proximal`` (FedProx, PCFedH, FedSoft): a whole training step of PCFedH's
+(b) ``methods/proximal.proximal`` (FedProx, PCFedH, FedSoft): a whole training step of PCFedH's
 LSTM(1 -> 10) predictor (batch 64 x 150, MSE, fused Adam) without a proximal term, with K = 4
 cluster centres built tensor by tensor (sum over centres and parameter tensors of
-``((p - c) ** 2).sum()``), and with ``Proximal`` (one ``[K, P]`` pass).
+``((p - c) ** 2).sum()``), and with ``proximal`` (one ``[K, P]`` pass).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedwear.methods.proximal import Proximal
+from fedwear.methods.proximal import centres as stacked
+from fedwear.methods.proximal import proximal
 from fedwear.methods.training import make_optimizer
 from fedwear.models import hart
 from fedwear.models.deepsense import DeepSense
@@ -57,7 +58,10 @@ def proximal_steps(repeats: int, k: int = 4) -> None:
     u = np.full(k, 1.0 / k)
     x, y = torch.randn(64, 150, 1), torch.randn(64, 1)
     opt = make_optimizer(params, "adam", 1e-2, 0.0, 0.0)
-    flat_term = Proximal(params, centres, u, 1e-3)
+    towards, weights = stacked(centres), torch.as_tensor(u, dtype=torch.float32)
+
+    def flat_term() -> torch.Tensor:
+        return proximal(params, towards, weights, 1e-3)
 
     def per_tensor() -> torch.Tensor:
         return 0.5e-3 * sum(float(u[j]) * sum(((p - c) ** 2).sum() for p, c in zip(params, centres[j], strict=True))
@@ -71,7 +75,7 @@ def proximal_steps(repeats: int, k: int = 4) -> None:
         loss.backward()
         opt.step()
 
-    sides = {"no proximal term": None, f"tensor by tensor (K = {k})": per_tensor, f"Proximal (K = {k})": flat_term}
+    sides = {"no proximal term": None, f"tensor by tensor (K = {k})": per_tensor, f"proximal (K = {k})": flat_term}
     times = {label: median_ms(lambda t=term: step(t), repeats) for label, term in sides.items()}
     base = times["no proximal term"]
     print(f"\n(b) LSTM(1 -> 10) training step, batch 64 x 150, fused Adam (CPU ms, median of {repeats})")

@@ -42,7 +42,7 @@ def tensor_bytes(method: object, fit: object = None) -> int:
             return sum(visit(v, depth + 1) for v in x)
         module = type(x).__module__
         if module.startswith("fedwear.") and not module.startswith("fedwear.data") and hasattr(x, "__dict__"):
-            return sum(visit(v, depth + 1) for v in vars(x).values())  # a helper such as Proximal
+            return sum(visit(v, depth + 1) for v in vars(x).values())  # a helper object of fedwear's
         return 0
 
     held = sum(visit(v, 0) for k, v in vars(method).items() if k not in SKIPPED)
