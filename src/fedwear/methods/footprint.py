@@ -3,7 +3,8 @@ al. 2024, Table 3: the model plus what each method keeps beside it, such as FedP
 global model, MOON's global and previous models, FedAli's prototypes).
 
 Measured, not declared: the bytes of the distinct tensor storages reachable from the method
-object while it trains (its models' parameters and buffers, anchors, prototypes, targets). Not
+object and the client's ``Fit`` while it trains (the models' parameters and buffers, the loss's
+inputs: anchors, prototypes, targets, reference weights; gradient corrections). Not
 counted: the data, optimiser state, gradients and activations, and numpy arrays (the engine's own
 copies of weights and states between rounds).
 """
@@ -13,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-#: How deep :func:`tensor_bytes` follows attributes and containers (a method's anchors sit one or
-#: two levels down: ``self.proximal.centres``, ``self.global_prototypes[k]``).
+#: How deep :func:`tensor_bytes` follows attributes and containers (a fit's loss inputs sit two or
+#: three levels down: ``fit.inputs["anchor"]``, ``fit.inputs["global"][name]``).
 MAX_DEPTH = 4
 #: Method attributes that are not client training state (the task holds the config and data shapes).
 SKIPPED = frozenset({"task", "options"})
