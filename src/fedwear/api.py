@@ -8,6 +8,7 @@ import logging
 import logging.handlers
 import os
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from fedwear.engines.runner import Callback, Roster, Runner, pooled_test, test_s
 from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
 from fedwear.methods import Task, build_method
+from fedwear.methods.together import POPULATION
 from fedwear.privacy import CentralDP, private
 from fedwear.version import __version__
 
@@ -284,7 +286,7 @@ def _early_warnings() -> Iterator[None]:
     to it when it opens (:func:`_attach_log`)."""
     held = logging.handlers.MemoryHandler(capacity=10_000, flushLevel=logging.CRITICAL + 1)
     held.setLevel(logging.WARNING)
-    held._fedwear_early = True  # type: ignore[attr-defined]
+    _own(held)
     log.addHandler(held)
     try:
         yield
@@ -300,8 +302,8 @@ def _attach_log(out: Path) -> None:
     log.setLevel(logging.INFO)
     h = logging.FileHandler(out / files.LOG)
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    h._fedwear_run = True  # type: ignore[attr-defined]
-    for held in [x for x in log.handlers if getattr(x, "_fedwear_early", False)]:
+    _own(h, "_fedwear_run")
+    for held in [x for x in log.handlers if getattr(x, "_fedwear_early", None) == threading.get_ident()]:
         for record in held.buffer:
             h.handle(record)
         log.removeHandler(held)
@@ -309,8 +311,17 @@ def _attach_log(out: Path) -> None:
     log.addHandler(h)
 
 
+def _own(handler: logging.Handler, mark: str = "_fedwear_early") -> None:
+    """Mark ``handler`` as this thread's run's; in a population of runs (runs in threads, one at a
+    time: ``engines/population.py``) it takes only this thread's records."""
+    setattr(handler, mark, threading.get_ident())
+    if POPULATION.get() is not None:
+        ident = threading.get_ident()
+        handler.addFilter(lambda record: record.thread == ident)
+
+
 def _detach_log() -> None:
     for h in list(log.handlers):
-        if getattr(h, "_fedwear_run", False):
+        if getattr(h, "_fedwear_run", None) == threading.get_ident():
             log.removeHandler(h)
             h.close()

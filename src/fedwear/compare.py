@@ -29,7 +29,7 @@ from fedwear.errors import FedwearError
 from fedwear.rundir import LOCK, finished_summary
 
 Planned = tuple[str, RunConfig, Path]  # (method, config, run folder)
-EXECUTORS = ("local", "ray", "slurm")
+EXECUTORS = ("local", "together", "ray", "slurm")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,37 @@ def run_one(cfg: RunConfig, out: Path, overwrite: bool, quiet: bool, until: int 
                execution={"jobs": jobs}).summary
 
 
+def together_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone | None = None,
+                  until: int | None = None) -> dict[Path, dict]:
+    """Run folder -> summary of runs whose clients train as one population
+    (``engines/population.py``): each run in a thread of this process, quiet, one at a time but
+    for the training that their ``engine: batched`` steps share."""
+    from fedwear.engines.population import Population
+
+    if bad := [cfg for _, cfg, _ in runs if cfg.engine != "batched"]:
+        raise FedwearError(f"--executor together trains the runs' clients together: set engine: batched "
+                           f"(--set engine=batched; {bad[0].method} has engine: {bad[0].engine})")
+    population, out, failed = Population(live=len(runs)), {}, {}
+
+    def member(cfg: RunConfig, where: Path) -> None:
+        try:
+            out[where] = population.run(lambda: run_one(cfg, where, overwrite, True, until))
+        except BaseException as e:  # noqa: BLE001  (raised below, in the caller's thread)
+            failed[where] = e
+
+    threads = [threading.Thread(target=member, args=(cfg, Path(where)), name=f"fedwear run {Path(where).name}")
+               for _, cfg, where in runs]
+    for t in threads:
+        t.start()
+    for k, t in enumerate(threads, 1):
+        t.join()
+        if on_done:
+            on_done(GridStatus(k, 0, len(runs) - k), Path(runs[k - 1][2]))
+    if failed:
+        raise next(iter(failed.values()))
+    return out
+
+
 def run_grid(runs: list[Planned], jobs: int = 1, overwrite: bool = False, quiet: bool = False,
              on_done: OnDone | None = None, until: int | None = None, executor: str = "local",
              address: str | None = None, slurm: dict[str, str] | None = None) -> dict[Path, dict]:
@@ -87,11 +118,14 @@ def run_grid(runs: list[Planned], jobs: int = 1, overwrite: bool = False, quiet:
     numbers equal those of a run on its own), calling ``on_done(status, folder)`` as each ends.
     ``until``: every run stops after that round, unfinished and resumable (``fedwear.api.run``).
     Ctrl-C: the runs under way save a checkpoint and stop (a second Ctrl-C stops them at once);
-    the runs not started yet are cancelled. ``executor="ray"``: each run is a task on the Ray
+    the runs not started yet are cancelled. ``executor="together"``: the runs in threads of this
+    process, their clients trained as one population (:func:`together_grid`). ``executor="ray"``: each run is a task on the Ray
     cluster at ``address`` (:func:`ray_grid`); ``"slurm"``: a Slurm job with the sbatch options
     ``slurm`` (:func:`slurm_grid`); ``jobs`` is then the cluster's business."""
     if executor not in EXECUTORS:
         raise FedwearError(f"--executor {executor!r}: use {', '.join(EXECUTORS)}")
+    if executor == "together":
+        return together_grid(runs, overwrite, on_done, until)
     if executor == "ray":
         return ray_grid(runs, overwrite, on_done, until, address)
     if executor == "slurm":

@@ -166,7 +166,8 @@ def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
 PARALLEL, OUTPUT, CLAIMS = "Parallel runs", "Output", "Claims ledger"
 
 ExecutorOpt = Annotated[str, typer.Option(
-    help="local (this machine's processes, --jobs), ray (one task per run on an existing Ray cluster: "
+    help="local (this machine's processes, --jobs), together (the runs in this process, their clients trained "
+    "together as one population; engine: batched), ray (one task per run on an existing Ray cluster: "
     "--ray-address or $RAY_ADDRESS) or slurm (one Slurm job per run, from a login node: --slurm)",
     rich_help_panel=PARALLEL)]
 RayAddressOpt = Annotated[str | None, typer.Option(

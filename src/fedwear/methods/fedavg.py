@@ -296,8 +296,9 @@ class FedAvg(Method):
             self.prepare(fit)  # loads this client's start into the one model object
             fits.append(fit)
             starts.append({n: p.detach().clone() for n, p in fit.model.named_parameters()})
+        train = together.POPULATION.get() or (lambda _, *args: self.train_together(*args))
         for stage in self.stages(fits[0]):
-            results = self.train_together(stage, fits, starts)
+            results = train(self, stage, fits, starts)
             for fit, start, res in zip(fits, starts, results, strict=True):
                 start.update(res.weights)
                 fit.loss = res.loss

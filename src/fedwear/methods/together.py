@@ -13,6 +13,8 @@ rounding (``tests/test_batched.py``).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +25,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fedwear.methods.fit import Fit, Stage, empty_recording, mean_loss, record
 from fedwear.methods.host_sync import step_guard
+
+#: Set while runs train as one population (``fedwear.engines.population``): called as
+#: ``train(method, stage, fits, starts)`` in place of ``method.train_together``, it trains the
+#: clients with those of the other runs and returns theirs.
+POPULATION: ContextVar[Callable | None] = ContextVar("fedwear_population", default=None)
 
 
 @dataclass
@@ -237,4 +244,4 @@ def _sgd_step(w: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], buf: d
     return out
 
 
-__all__ = ["SGD", "Client", "Trained", "can_vectorize", "train_flops_per_window", "train_together"]
+__all__ = ["POPULATION", "SGD", "Client", "Trained", "can_vectorize", "train_flops_per_window", "train_together"]
