@@ -16,6 +16,10 @@
    the GPU (the rule ``VECTORIZE_MAX_TRAIN_FLOPS["cuda"]``).
 4. The most clients trained together (FedAvg's step on the ProtoHAR protocol's HARCNN, batch 32,
    doubling the clients) before the GPU's memory runs out, and the time per client there.
+5. A slice of ProtoHAR's Table II (``protohar:table2``: every method x 3 seeds, ``--slice-rounds``
+   rounds each, evaluated at the last) on cuda with ``engine: batched``, its runs one after
+   another and then as one population (``--executor together``): wall seconds of each, and the
+   whole table (300 rounds) extrapolated from the population's seconds per round.
 
 ``--data``: the folder holding ``usc_had/`` and ``uci_hapt/`` (default ``$FEDWEAR_DATA``, else
 ``../shared/data``); a dataset missing there is replaced by fedwear's bundled UCI HAPT subset
@@ -102,6 +106,25 @@ def most_clients_together(limit: int = 4096, budget_s: float = 90.0) -> tuple[in
     return best, per_client
 
 
+def table_slice(root: Path, rounds: int, out: Path, device: str = "cuda", seeds: tuple[int, ...] = (0, 1, 2)
+                ) -> dict[str, float]:
+    """Wall seconds of the ``protohar:table2`` slice, ``local`` (its runs one after another) and
+    ``together`` (one population), on ``device`` with ``engine: batched``."""
+    from fedwear.compare import run_grid
+    from fedwear.reproduce import experiment, plan
+
+    exp = experiment("protohar:table2")
+    sets = [f"rounds={rounds}", f"device={device}", "engine=batched", f"evaluation.every={rounds}", "checkpoint_every=0"]
+    seconds = {}
+    for executor in ("local", "together"):
+        runs = plan(exp, out / f"slice-{executor}", str(root), seeds=list(seeds), sets=sets)
+        t = time.perf_counter()
+        run_grid(runs, quiet=True, executor=executor)
+        seconds[executor] = time.perf_counter() - t
+    seconds["runs"] = len(runs)
+    return seconds
+
+
 def run_gpu_tests(out: Path) -> str:
     log = out / "gpu_tests.log"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider"]
@@ -116,6 +139,7 @@ def main() -> int:
     ap.add_argument("--data", help="folder holding usc_had/ and uci_hapt/")
     ap.add_argument("--out", default=os.environ.get("OUT"),
                     help="folder for gpu_check.md and the tests' log (default $OUT, else a new temporary folder)")
+    ap.add_argument("--slice-rounds", type=int, default=3, help="rounds of each run of the Table II slice")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per timed run (>= 3)")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="fedwear-gpu-check-"))
@@ -176,6 +200,17 @@ def main() -> int:
              f"Most clients trained together before the GPU's memory ran out (FedAvg's batched step, HARCNN on "
              f"512 x 6 windows, batch 32, doubling from 8, at most 4096 or 90 s): {n}, "
              f"{per * 1000:.2f} ms per client-epoch of 64 windows there.")
+        try:
+            sl = table_slice(usc, args.slice_rounds, out)
+            whole = sl["together"] / args.slice_rounds * 300 / 60
+            emit("", "## A slice of ProtoHAR's Table II", "",
+                 f"`protohar:table2` on {usc_note or usc.name}: {sl['runs']} runs (every method x seeds 0-2), "
+                 f"{args.slice_rounds} rounds each, cuda, engine: batched. One after another: {sl['local']:.0f} s; "
+                 f"as one population (`--executor together`): {sl['together']:.0f} s "
+                 f"({sl['local'] / sl['together']:.2f}x). The whole table (300 rounds) at the population's pace: "
+                 f"~{whole:.0f} min (setup and evaluation counted in the slice, so an upper bound per round).")
+        except Exception as err:  # one failing section must not cost the record of the others
+            emit("", "## A slice of ProtoHAR's Table II", "", f"failed: {type(err).__name__}: {str(err)[:200]}")
     print(f"\nwritten to {report}")
     return 0
 
