@@ -48,3 +48,35 @@ def test_together_needs_the_batched_engine(tmp_path):
     runs = [("fedavg", tiny_config(), tmp_path / "fedavg-s0")]
     with pytest.raises(FedwearError, match="engine: batched"):
         run_grid(runs, executor="together")
+
+
+def test_ctrl_c_stops_runs_in_threads_after_their_round(tmp_path):
+    """What ``--executor together`` does on Ctrl-C: each run's thread finishes its round, writes
+    its checkpoint and stops, resumable."""
+    import threading
+
+    from fedwear.api import RunInterrupted
+    from fedwear.callbacks import Callback
+    from fedwear.engines.runner import STOP_THREADS
+
+    class CtrlC(Callback):
+        def on_round(self, runner, info):
+            if info.round == 1:
+                STOP_THREADS.set()
+
+    raised = []
+
+    def run() -> None:
+        try:
+            fedwear.run(tiny_config(checkpoint_every=1), tmp_path / "run", callbacks=[CtrlC()], quiet=True)
+        except RunInterrupted as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=run)
+    try:
+        thread.start()
+        thread.join()
+    finally:
+        STOP_THREADS.clear()
+    assert raised and "interrupted at round 1" in str(raised[0]) and "--resume" in str(raised[0])
+    assert fedwear.run(tiny_config(checkpoint_every=1), tmp_path / "run", resume=True).summary["final_round"] == 3

@@ -86,6 +86,7 @@ def together_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone 
     (``engines/population.py``): each run in a thread of this process, quiet, one at a time but
     for the training that their ``engine: batched`` steps share."""
     from fedwear.engines.population import Population
+    from fedwear.engines.runner import STOP_THREADS
 
     if bad := [cfg for _, cfg, _ in runs if cfg.engine != "batched"]:
         raise FedwearError(f"--executor together trains the runs' clients together: set engine: batched "
@@ -102,10 +103,20 @@ def together_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone 
                for _, cfg, where in runs]
     for t in threads:
         t.start()
-    for k, t in enumerate(threads, 1):
-        t.join()
-        if on_done:
-            on_done(GridStatus(k, 0, len(runs) - k), Path(runs[k - 1][2]))
+    try:
+        for k, t in enumerate(threads, 1):
+            t.join()
+            if on_done:
+                on_done(GridStatus(k, 0, len(runs) - k), Path(runs[k - 1][2]))
+    except KeyboardInterrupt:  # the runs finish their round, save a checkpoint and stop
+        logging.getLogger("fedwear").warning("interrupted: every run finishes its round, then saves a checkpoint")
+        STOP_THREADS.set()
+        try:
+            for t in threads:
+                t.join()
+        finally:
+            STOP_THREADS.clear()
+        raise
     if failed:
         raise next(iter(failed.values()))
     return out

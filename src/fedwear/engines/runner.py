@@ -38,6 +38,9 @@ from fedwear.methods.api import WEIGHT, Selection, Training, client_classes
 from fedwear.seeding import client_schedule
 
 log = logging.getLogger("fedwear")
+#: Set by the main thread when Ctrl-C stops the runs it started in threads (``compare.together_grid``):
+#: each finishes its round, saves a checkpoint and stops.
+STOP_THREADS = threading.Event()
 
 
 class Executor(Protocol):
@@ -278,6 +281,8 @@ class Runner:
                     for cb in self.callbacks:
                         cb.on_round(self, info)
                 for r in range(self.start_round, self.cfg.rounds + 1):
+                    if STOP_THREADS.is_set() and threading.current_thread() is not threading.main_thread():
+                        self.interrupted, self.stop = "after", True  # Ctrl-C in the thread that started this one
                     if self.stop:  # early stopping, a pause (``until``) or an interrupt
                         break
                     info = self.run_round(r)
@@ -297,6 +302,8 @@ class Runner:
 
     @contextmanager
     def _interruptible(self) -> Iterator[None]:
+        """Ctrl-C finishes the round, then the run saves a checkpoint and stops. A run in another
+        thread than the main one (``--executor together``) stops so when :data:`STOP_THREADS` is set."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
