@@ -10,8 +10,8 @@
    ProtoHAR round (``configs/protohar/usc_had.yaml``) on ``sim``/cuda, ``batched``/cuda and
    ``sim``/cpu, and a FedAli round on UCI HAPT (``configs/fedali/uci_hapt.yaml``) on
    ``sim``/cuda and ``batched``/cuda, with the speed-up of ``batched`` over ``sim``, and on
-   ``sim``/cuda with ``compile: true`` (torch.compile of the body and head; its compilation falls
-   in round 1, which is not timed).
+   ``sim``/cuda with ``compile: true`` (torch.compile of the body and head) and ``compile:
+   reduce-overhead`` (its CUDA graphs); their compilation falls in round 1, which is not timed.
 3. ``benchmarks/batched_crossover.py --device cuda``: where training clients together pays on
    the GPU (the rule ``VECTORIZE_MAX_TRAIN_FLOPS["cuda"]``).
 4. The most clients trained together (FedAvg's step on the ProtoHAR protocol's HARCNN, batch 32,
@@ -171,8 +171,8 @@ def main() -> int:
     emit("## Seconds per training round", "",
          f"Median wall seconds of rounds 2-{args.rounds - 1} of a {args.rounds}-round run (round 1 warms up, "
          f"the last evaluates), from each run's timing.csv; threads: the config's.", "",
-         "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cuda, compiled | sim, cpu |",
-         "|---|---|---:|---:|---:|---:|---:|")
+         "| workload | data | sim, cuda | batched, cuda | batched over sim | sim, cuda, compiled "
+         "| sim, cuda, CUDA graphs | sim, cpu |", "|---|---|---:|---:|---:|---:|---:|---:|")
 
     def timed(config: str, root: Path, **sets) -> str | float:
         try:
@@ -188,8 +188,10 @@ def main() -> int:
         sim = timed(config, root, device="cuda", **sets) if CUDA else None
         bat = timed(config, root, device="cuda", engine="batched", **sets) if CUDA else None
         compiled = timed(config, root, device="cuda", compile=True, **sets) if CUDA else None
+        graphs = timed(config, root, device="cuda", compile="reduce-overhead", **sets) if CUDA else None
         ratio = f"{sim / bat:.2f}x" if isinstance(sim, float) and isinstance(bat, float) else "-"
-        emit(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(compiled)} | {fmt(cpu)} |")
+        emit(f"| {name} | {note or root.name} | {fmt(sim)} | {fmt(bat)} | {ratio} | {fmt(compiled)} | {fmt(graphs)} "
+             f"| {fmt(cpu)} |")
     if CUDA:
         cmd = [sys.executable, "benchmarks/batched_crossover.py", "--device", "cuda"]
         table = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)

@@ -13,11 +13,11 @@ from tests.test_gpu import assert_runs_agree
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedavg", "protohar"])
-def test_a_compiled_run_agrees_with_an_uncompiled_one(tmp_path, method):
+@pytest.mark.parametrize("method, mode", [("fedavg", True), ("protohar", True), ("fedavg", "reduce-overhead")])
+def test_a_compiled_run_agrees_with_an_uncompiled_one(tmp_path, method, mode):
     sets = {"rounds": 2, "evaluation.every": 1}
     plain = fedwear.run(tiny_config(method=method, **sets), tmp_path / "plain")
-    compiled = fedwear.run(tiny_config(method=method, compile=True, **sets), tmp_path / "compiled")
+    compiled = fedwear.run(tiny_config(method=method, compile=mode, **sets), tmp_path / "compiled")
     assert_runs_agree(compiled, plain)
 
 

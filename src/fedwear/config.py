@@ -236,10 +236,11 @@ class RunConfig(Strict):
         "(a GPU's TF32 matmuls and convolutions) or bf16 (autocast of forward passes; engine=batched then trains "
         "client by client)",
     )
-    compile: bool = Field(
+    compile: bool | Literal["reduce-overhead"] = Field(
         False, description="torch.compile the model's body and head (fewer kernel launches; clients then train one "
-        "by one): numbers agree with an uncompiled run up to float rounding, and on the CPUs measured it is slower "
-        "(docs/performance.md, \"torch.compile\")",
+        "by one); reduce-overhead: torch.compile's mode that replays CUDA graphs on a GPU (one launch for a "
+        "step's kernels; a graph per batch shape). Numbers agree with an uncompiled run up to float rounding; on "
+        "the CPUs measured it is slower (docs/performance.md, \"bf16 and torch.compile on the CPU\")",
     )
     deterministic: bool = Field(
         False, description="torch's deterministic algorithms (and CUBLAS_WORKSPACE_CONFIG on a GPU): the same "
@@ -269,6 +270,16 @@ class RunConfig(Strict):
         if isinstance(v, int) and v < 1:
             raise ValueError("a count must be >= 1")
         return v
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_mode(cls, v: object) -> object:
+        if isinstance(v, bool):
+            return v
+        words = {"true": True, "false": False, "reduce-overhead": "reduce-overhead"}
+        if isinstance(v, str) and v.lower() in words:
+            return words[v.lower()]
+        raise ValueError(f"{v!r}: use true, false or reduce-overhead")
 
     def clients_per_round_count(self, n: int) -> int:
         """How many of the ``n`` training clients train each round. A count above ``n`` is cut to

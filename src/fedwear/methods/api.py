@@ -116,7 +116,7 @@ class Training:
     grad_clip: float | None
     device: str  # cpu or cuda (``auto`` resolved by :attr:`Method.device`)
     precision: str
-    compile: bool  # torch.compile the model's body and head
+    compile: bool | str  # torch.compile the model's body and head (True, or the mode "reduce-overhead")
     model: str
     model_options: dict[str, Any]
     optimizer: Any  # the config's ``optimizer`` block: name, lr, momentum, weight_decay, persist, ...

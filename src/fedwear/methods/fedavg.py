@@ -103,8 +103,9 @@ class FedAvg(Method):
                 **cfg.model_options,
             ).to(self.device)
         if cfg.compile:  # in place: the same module, parameters and state-dict names
-            model.body.compile()
-            model.head.compile()
+            mode = cfg.compile if isinstance(cfg.compile, str) else None
+            model.body.compile(mode=mode)
+            model.head.compile(mode=mode)
         return model
 
     def on_device(self, a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
