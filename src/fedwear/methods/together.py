@@ -124,6 +124,50 @@ def _take(value: object, sel: torch.Tensor | None) -> object:
     return value.index_select(0, sel)
 
 
+@dataclass
+class _Group:
+    """The clients of one step whose batches have the same size, with every index the step needs,
+    made on the host before training and copied to the device once."""
+
+    sel: torch.Tensor | None  # the clients (None: all of them, in order)
+    rows: torch.Tensor  # [G, batch]: their batches' rows of the stacked data
+    fresh: torch.Tensor | None  # [G]: first step without a kept buffer (None: none is)
+    record_at: torch.Tensor | None  # the clients whose step records (None: none)
+    record_pick: torch.Tensor | None  # their places in the group (None: all of them)
+
+
+def _schedule(plans: list[list[tuple[int, torch.Tensor]]], clients: list[Client], stage: Stage,
+              device: torch.device) -> list[list[_Group]]:
+    """Per step, its groups of clients, all index tensors on ``device`` (pinned and copied without
+    waiting on a GPU, so the steps never wait for a copy)."""
+    offsets = torch.tensor([0] + [len(c.y) for c in clients]).cumsum(0).tolist()
+    every = list(range(len(clients)))
+    cuda = torch.device(device).type == "cuda"
+
+    def put(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else (t.pin_memory().to(device, non_blocking=True) if cuda else t)
+
+    steps = []
+    for s in range(max(map(len, plans), default=0)):
+        sizes: dict[int, list[int]] = defaultdict(list)
+        for k, plan in enumerate(plans):
+            if s < len(plan):
+                sizes[len(plan[s][1])].append(k)
+        groups = []
+        for ks in sizes.values():
+            fresh = [s == 0 and clients[k].momentum is None for k in ks]
+            keep = [stage.record == "first" or plans[k][s][0] == stage.epochs - 1 for k in ks]
+            at = [k for k, kept in zip(ks, keep, strict=True) if kept]
+            groups.append(_Group(
+                put(None if ks == every else torch.tensor(ks, dtype=torch.long)),
+                put(torch.stack([plans[k][s][1] + offsets[k] for k in ks])),
+                put(torch.tensor(fresh) if any(fresh) else None),
+                put(torch.tensor(at, dtype=torch.long) if stage.record is not None and at else None),
+                put(None if all(keep) else torch.tensor([i for i, kept in enumerate(keep) if kept], dtype=torch.long))))
+        steps.append(groups)
+    return steps
+
+
 def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: SGD) -> list[Trained]:
     """``stage`` for every client at once, as ``train_epochs`` with ``torch.optim.SGD`` trains one.
 
@@ -140,11 +184,9 @@ def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: S
     device = next(model.parameters()).device
     k_all = len(clients)
     plans = [batches(len(c.y), stage.epochs, sgd.batch_size, c.seed) for c in clients]
-    offsets = torch.tensor([0] + [len(c.y) for c in clients]).cumsum(0).tolist()
     x = torch.cat([c.x for c in clients]).to(device)
     y = torch.cat([c.y for c in clients]).to(device)
     w = {n: torch.stack([c.weights[n].to(device) for c in clients]).float() for n in names}
-    has_buffer = [c.momentum is not None for c in clients]
     buf = {n: torch.stack([(c.momentum[n] if c.momentum is not None else torch.zeros_like(c.weights[n])).to(device)
                            for c in clients]) for n in trained}
     inputs = _stack([c.fit.inputs for c in clients]) if clients[0].fit.inputs else {}
@@ -162,45 +204,31 @@ def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: S
         return out, aux
 
     step_fn = vmap(grad_and_value(loss_of, has_aux=True))
-    for s in range(max(map(len, plans), default=0)):
-        groups: dict[int, list[int]] = defaultdict(list)
-        for k, plan in enumerate(plans):
-            if s < len(plan):
-                groups[len(plan[s][1])].append(k)
-        for ks in groups.values():
+    for groups in _schedule(plans, clients, stage, device):
+        for g in groups:
             with step_guard():  # a host synchronisation here fails under the guard (host_sync.py)
-                sel = None if len(ks) == k_all else torch.tensor(ks, dtype=torch.long, device=device)
-                rows = torch.stack([plans[k][s][1] + offsets[k] for k in ks]).to(device)
+                sel = g.sel
                 grads, (loss, aux) = step_fn({n: _take(w[n], sel) for n in trained}, {n: _take(w[n], sel) for n in frozen},
-                                             _take(inputs, sel), x[rows], y[rows])
+                                             _take(inputs, sel), x[g.rows], y[g.rows])
                 with torch.no_grad():
-                    if stage.record is not None and aux:
+                    if stage.record is not None and aux and g.record_at is not None:
                         z, key = aux
                         if recording is None:
                             recording = empty_recording(stage.record, k_all, stage.num_keys, z.shape[-1], z)
-                        last = [stage.record == "first" or plans[k][s][0] == stage.epochs - 1 for k in ks]
-                        if all(last):
-                            ks_rec = ks
-                        else:  # "last_epoch": only the clients in their last epoch
-                            ks_rec = [k for k, keep in zip(ks, last, strict=True) if keep]
-                            pick = torch.tensor([i for i, keep in enumerate(last) if keep], dtype=torch.long, device=device)
-                            z, key = z.index_select(0, pick), key.index_select(0, pick)
-                        if ks_rec:
-                            at = torch.tensor(ks_rec, dtype=torch.long, device=device)
-                            emb, seen = record(stage.record, recording[0].index_select(0, at),
-                                               recording[1].index_select(0, at), z, key)
-                            recording = (recording[0].index_copy(0, at, emb), recording[1].index_copy(0, at, seen))
+                        if g.record_pick is not None:  # "last_epoch": only the clients in their last epoch
+                            z, key = z.index_select(0, g.record_pick), key.index_select(0, g.record_pick)
+                        emb, seen = record(stage.record, recording[0].index_select(0, g.record_at),
+                                           recording[1].index_select(0, g.record_at), z, key)
+                        recording = (recording[0].index_copy(0, g.record_at, emb),
+                                     recording[1].index_copy(0, g.record_at, seen))
                     update = _sgd_step({n: _take(w[n], sel) for n in trained}, grads,
-                                       {n: _take(buf[n], sel) for n in trained},
-                                       [not has_buffer[k] for k in ks], {n: _take(correction[n], sel) for n in trained}
-                                       if corrected else None, sgd, device)
+                                       {n: _take(buf[n], sel) for n in trained}, g.fresh,
+                                       {n: _take(correction[n], sel) for n in trained} if corrected else None, sgd)
                     for n, (new_w, new_buf) in update.items():
                         w[n] = new_w if sel is None else w[n].index_copy(0, sel, new_w)
                         buf[n] = new_buf if sel is None else buf[n].index_copy(0, sel, new_buf)
                     loss = loss.double()
                     totals = totals + loss if sel is None else totals.index_add(0, sel, loss)
-            for k in ks:
-                has_buffer[k] = True
     step_size = sgd.lr / (1.0 - sgd.momentum)
     totals = totals.cpu()
     out = []
@@ -219,13 +247,13 @@ def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: S
 
 
 def _sgd_step(w: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], buf: dict[str, torch.Tensor],
-              fresh: list[bool], correction: dict[str, torch.Tensor] | None, sgd: SGD, device: torch.device
+              first: torch.Tensor | None, correction: dict[str, torch.Tensor] | None, sgd: SGD
               ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """One SGD step of G clients: new weights and momentum buffers by parameter name."""
+    """One SGD step of G clients: new weights and momentum buffers by parameter name (``first``:
+    which clients take their first step without a kept buffer, None: none)."""
     if sgd.clip:
         norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()], dim=1).norm(dim=1)
         coef = (sgd.clip / (norms + 1e-6)).clamp(max=1.0)
-    first = torch.tensor(fresh, device=device) if any(fresh) else None
     out = {}
     for n, g in grads.items():
         shape = (-1, *[1] * (g.dim() - 1))
