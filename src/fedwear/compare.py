@@ -104,10 +104,14 @@ def together_grid(runs: list[Planned], overwrite: bool = False, on_done: OnDone 
     for t in threads:
         t.start()
     try:
-        for k, t in enumerate(threads, 1):
-            t.join()
-            if on_done:
-                on_done(GridStatus(k, 0, len(runs) - k), Path(runs[k - 1][2]))
+        pending = dict(zip(threads, (Path(where) for _, _, where in runs), strict=True))
+        while pending:  # announced as they end
+            for t in [t for t in pending if not t.is_alive()]:
+                where = pending.pop(t)
+                if on_done:
+                    on_done(GridStatus(len(runs) - len(pending), len(pending), 0), where)
+            if pending:
+                next(iter(pending)).join(0.2)
     except KeyboardInterrupt:  # the runs finish their round, save a checkpoint and stop
         logging.getLogger("fedwear").warning("interrupted: every run finishes its round, then saves a checkpoint")
         STOP_THREADS.set()
