@@ -208,7 +208,8 @@ def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: S
         for g in groups:
             with step_guard():  # a host synchronisation here fails under the guard (host_sync.py)
                 sel = g.sel
-                grads, (loss, aux) = step_fn({n: _take(w[n], sel) for n in trained}, {n: _take(w[n], sel) for n in frozen},
+                now = {n: _take(w[n], sel) for n in names}  # the group's weights, gathered once for the step
+                grads, (loss, aux) = step_fn({n: now[n] for n in trained}, {n: now[n] for n in frozen},
                                              _take(inputs, sel), x[g.rows], y[g.rows])
                 with torch.no_grad():
                     if stage.record is not None and aux and g.record_at is not None:
@@ -221,7 +222,7 @@ def train_together(model: nn.Module, stage: Stage, clients: list[Client], sgd: S
                                            recording[1].index_select(0, g.record_at), z, key)
                         recording = (recording[0].index_copy(0, g.record_at, emb),
                                      recording[1].index_copy(0, g.record_at, seen))
-                    update = _sgd_step({n: _take(w[n], sel) for n in trained}, grads,
+                    update = _sgd_step({n: now[n] for n in trained}, grads,
                                        {n: _take(buf[n], sel) for n in trained}, g.fresh,
                                        {n: _take(correction[n], sel) for n in trained} if corrected else None, sgd)
                     for n, (new_w, new_buf) in update.items():
