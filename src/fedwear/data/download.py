@@ -61,6 +61,7 @@ import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from fedwear.errors import NO_ACCESS, NO_SPACE, DataError
 
@@ -141,23 +142,26 @@ REGISTRY: dict[str, Source] = {
 }
 
 
-_UNKNOWN = "no published SHA-256 of this archive was found: not pinned"
+def _unpinned(**kw: Any) -> Source:
+    """A source of :data:`UNPINNED`: no archive SHA-256, no reference copy, no per-file manifest."""
+    pin = "no published SHA-256 of this archive was found: not pinned"
+    return Source(reference="none", archive_pin=pin, pinned_files=False, **kw)
+
 
 #: Datasets whose archives and files have no pinned SHA-256 (module docstring): the layout is
 #: checked and the archive hash recorded at download. Counts marked None are not documented.
 UNPINNED: dict[str, Source] = {
     s.name: s
     for s in (
-        Source(
+        _unpinned(
             name="pamap2", title="PAMAP2",
             url="https://archive.ics.uci.edu/static/public/231/pamap2+physical+activity+monitoring.zip",
             layout=(Expect("Protocol/subject1??.dat", 9, "protocol files"),
                     Expect("Optional/subject1??.dat", None, "optional files")),
             marker="Protocol/subject101.dat",
             where="the PAMAP2_Dataset folder (Protocol/subject101.dat .. subject109.dat, Optional/)",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
-        Source(
+        _unpinned(
             name="unimib_shar", title="UniMiB-SHAR",
             url="https://www.dropbox.com/s/x2fpfqj0bpf8ep6/UniMiB-SHAR.zip?dl=1",
             layout=(Expect("data/acc_data.mat", 1, "acc_data.mat"),
@@ -165,27 +169,24 @@ UNPINNED: dict[str, Source] = {
                     Expect("data/acc_names.mat", 1, "acc_names.mat")),
             marker="data/acc_data.mat",
             where="the UniMiB-SHAR folder holding data/acc_data.mat, acc_labels.mat, acc_names.mat",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
-        Source(
+        _unpinned(
             name="harbox", title="HARBox",
             url="https://github.com/xmouyang/FL-Datasets-for-HAR/raw/main/datasets/HARBox/"
             "large_scale_HARBox.zip",
             layout=(Expect("*/*_train.txt", None, "class files"),),
             marker="*/Walk_train.txt",
             where="the large_scale_HARBox folder (one folder per user, {Class}_train.txt files)",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
-        Source(
+        _unpinned(
             name="hhar", title="HHAR",
             url="https://archive.ics.uci.edu/static/public/344/heterogeneity+activity+recognition.zip",
             layout=(Expect("Phones_accelerometer.csv", 1, "Phones_accelerometer.csv"),
                     Expect("Phones_gyroscope.csv", 1, "Phones_gyroscope.csv")),
             marker="Phones_accelerometer.csv",
             where="the 'Activity recognition exp' folder (Phones_accelerometer.csv, Phones_gyroscope.csv)",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
-        Source(
+        _unpinned(
             name="realworld", title="RealWorld 2016",
             url="http://wifo5-14.informatik.uni-mannheim.de/sensor/dataset/realworld2016/"
             "realworld2016_dataset.zip",
@@ -193,9 +194,8 @@ UNPINNED: dict[str, Source] = {
                     Expect("proband*/data/gyr_*_csv.zip", 120, "gyr zips")),
             marker="proband1/data/acc_walking_csv.zip",
             where="the realworld2016_dataset folder (proband1 .. proband15)",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
-        Source(
+        _unpinned(
             name="extrasensory", title="ExtraSensory",
             url="http://extrasensory.ucsd.edu/data/primary_data_files/"
             "ExtraSensory.per_uuid_features_labels.zip",
@@ -208,15 +208,13 @@ UNPINNED: dict[str, Source] = {
                     Expect("proc_gyro/*/*.m_proc_gyro.dat", None, "gyro files")),
             marker="*.features_labels.csv",
             where="one folder holding the 60 {UUID}.features_labels.csv.gz, raw_acc/ and proc_gyro/",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
-        Source(
+        _unpinned(
             name="wisdm_ar", title="WISDM v1.1",
             url="https://www.cis.fordham.edu/wisdm/includes/datasets/latest/WISDM_ar_latest.tar.gz",
             layout=(Expect("WISDM_ar_v1.1_raw.txt", 1, "WISDM_ar_v1.1_raw.txt"),),
             marker="WISDM_ar_v1.1_raw.txt",
             where="the WISDM_ar_v1.1 folder (WISDM_ar_v1.1_raw.txt)",
-            reference="none", archive_pin=_UNKNOWN, pinned_files=False,
         ),
     )
 }  # fmt: skip
@@ -237,9 +235,7 @@ def source(name: str) -> Source:
     otherwise."""
     known = all_sources()
     if name not in known:
-        raise DataError(
-            f"no download is known for dataset {name!r}; available: {', '.join(known)}"
-        )
+        raise DataError(f"no download is known for dataset {name!r}; available: {', '.join(known)}")
     return known[name]
 
 
@@ -282,9 +278,7 @@ def read_manifest(name: str) -> dict[str, str]:
     """The per-file manifest shipped in ``fedwear/data/manifests/<name>.sha256``."""
     res = resources.files("fedwear.data") / "manifests" / f"{name}.sha256"
     if not res.is_file():
-        raise DataError(
-            f"the pinned manifest {res} is missing from this install: reinstall fedwear"
-        )
+        raise DataError(f"the pinned manifest {res} is missing from this install: reinstall fedwear")
     return parse_manifest(res.read_text(encoding="utf-8"))
 
 
@@ -377,58 +371,48 @@ def verify(src: Source, root: Path, manifest: dict[str, str] | None = None) -> R
         manifest = read_manifest(src.name) if src.pinned_files else {}
     files = scan(root)
     report = Report(pinned=src.pinned_files)
+    add = report.problems.append
     again = f"restore it from the original archive (fedwear data download {src.name})"
     for e in src.layout:
         found = [k for k in files if fnmatch.fnmatchcase(k, e.pattern)]
         report.counts.append((e, len(found)))
         if e.count is None:
             if not found:
-                report.problems.append(Problem(e.pattern, "no file matches", again))
+                add(Problem(e.pattern, "no file matches", again))
             continue
+        wrong = f"{len(found)} files, expected {e.count}"
+        if len(found) > e.count:
+            add(Problem(e.pattern, wrong, "remove the files that are not part of the dataset"))
         if len(found) >= e.count:
-            if len(found) > e.count:
-                report.problems.append(
-                    Problem(e.pattern, f"{len(found)} files, expected {e.count}",
-                            "remove the files that are not part of the dataset")
-                )  # fmt: skip
             continue
         missing = [
             k for k in sorted(manifest) if fnmatch.fnmatchcase(k, e.pattern) and k not in files
         ]
         for k in missing[:MAX_LISTED]:
-            report.problems.append(Problem(f"{k}[.gz]", "missing", again))
+            add(Problem(f"{k}[.gz]", "missing", again))
         if len(missing) > MAX_LISTED or not missing:
-            report.problems.append(
-                Problem(e.pattern, f"{len(found)} files, expected {e.count}", again)
-            )
+            add(Problem(e.pattern, wrong, again))
     if not src.pinned_files:
         return report
+    outside = f"not part of {src.title} (not in the pinned manifest)"
+    changed = "SHA-256 differs from the pinned value (corrupt or modified)"
     for key, paths in files.items():
         if not _in_layout(src, key) and key not in manifest:
             continue
         for p in paths:
-            rel = p.relative_to(root).as_posix()
-            want = manifest.get(key)
+            rel, want = p.relative_to(root).as_posix(), manifest.get(key)
             if want is None:
-                report.problems.append(
-                    Problem(
-                        rel, f"not part of {src.title} (not in the pinned manifest)", "remove it"
-                    )
-                )
+                add(Problem(rel, outside, "remove it"))
                 continue
             try:
                 got = file_sha256(p)
             except (OSError, EOFError, zlib.error) as exc:
-                report.problems.append(Problem(rel, f"unreadable ({type(exc).__name__})", again))
+                add(Problem(rel, f"unreadable ({type(exc).__name__})", again))
                 continue
-            if got != want:
-                report.problems.append(
-                    Problem(
-                        rel, "SHA-256 differs from the pinned value (corrupt or modified)", again
-                    )
-                )
-            else:
+            if got == want:
                 report.hashed += 1
+            else:
+                add(Problem(rel, changed, again))
     return report
 
 
@@ -634,12 +618,12 @@ def download(
     no_room = (f"cannot write {target.parent}: {{}}: free some space or choose another --root "
                "(nothing was installed)")
     try:
-        archive = staging / "archive"
+        links = [url, *(extra_urls or src.extra)]
+        parts = [staging / ("archive" if k == 0 else f"extra{k}") for k in range(len(links))]
         fetched = []
-        for k, link in enumerate([url, *(extra_urls or src.extra)]):
-            part = archive if k == 0 else staging / f"extra{k}"
+        for link, part in zip(links, parts, strict=True):
             try:
-                fetched.append((link, *fetch(link, part, f"{src.name}", quiet)))
+                fetched.append((link, *fetch(link, part, src.name, quiet)))
             except NoRoom as exc:
                 raise DataError(no_room.format(exc)) from None
             except (OSError, http.client.HTTPException, ValueError) as exc:
@@ -659,8 +643,7 @@ def download(
         total = sum(n for _, _, n in fetched)
         budget = Budget(MAX_RATIO * total, total)
         try:
-            for k, (link, _, _) in enumerate(fetched):
-                part = archive if k == 0 else staging / f"extra{k}"
+            for link, part in zip(links, parts, strict=True):
                 try:
                     unzip(part, unpacked, budget)
                 except Unreadable as exc:
@@ -678,12 +661,8 @@ def download(
             raise DataError(f"{url}: no {src.marker} in the archive; {by_hand(src, target)}")
         report = verify(src, found, manifest)
         if not report.ok:
-            first = report.problems[0]
-            more = (
-                f" (and {len(report.problems) - 1} more problems)"
-                if len(report.problems) > 1
-                else ""
-            )
+            first, n = report.problems[0], len(report.problems) - 1
+            more = f" (and {n} more problems)" if n else ""
             raise DataError(
                 f"{url}: {first.path}: {first.issue}{more}; nothing was installed: try again, "
                 f"or {by_hand(src, target)}"
