@@ -53,7 +53,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedwear.data.preprocess import check_finite, prefer_plain, read_bytes, read_failed, read_stream
+from fedwear.data.preprocess import (
+    check_finite,
+    find_file,
+    prefer_plain,
+    read_bytes,
+    read_failed,
+    read_stream,
+)
 from fedwear.data.types import UNLABELLED, RawDataset, Recording
 from fedwear.errors import ConfigError, DataError
 
@@ -200,12 +207,9 @@ def read_ppg_dalia(root: Path | str) -> list[HRSeries]:
     csvs = matching(root, PPG_CSV)
     if csvs:
         return [HRSeries(s, read_ppg_csv(p), PPG_DALIA_RATE_HZ, source=p) for s, p in csvs.items()]
-    pkls: dict[str, Path] = {}
-    for folder in root.iterdir():
-        if folder.is_dir() and _S_FOLDER.match(folder.name):
-            found = matching(folder, PPG_PKL).get(folder.name)
-            if found is not None:
-                pkls[folder.name] = found
+    folders = [d for d in root.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)]
+    found = {d.name: matching(d, PPG_PKL).get(d.name) for d in folders}
+    pkls = {s: p for s, p in found.items() if p is not None}
     if not pkls:
         raise DataError(
             f"no PPG-DaLiA HR files found under {root}: expected S1.csv..S15.csv (one HR value "
@@ -319,12 +323,7 @@ def read_stress_predict(root: Path | str) -> list[HRSeries]:
     root = _require_folder(root, "Raw_data/S01..S35 (Stress-Predict, README section 5)")
     raw = root / "Raw_data"
     folders = (
-        sorted(
-            (d for d in raw.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)),
-            key=lambda d: natural_key(d.name),
-        )
-        if raw.is_dir()
-        else []
+        [d for d in raw.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)] if raw.is_dir() else []
     )
     if not folders:
         raise DataError(
@@ -332,13 +331,13 @@ def read_stress_predict(root: Path | str) -> list[HRSeries]:
             "Raw_data/S01..S35, each with an HR.csv (README section 5)"
         )
     series = []
-    for folder in folders:
-        found = prefer_plain([p for p in (folder / "HR.csv", folder / "HR.csv.gz") if p.is_file()])
-        if not found:
+    for folder in sorted(folders, key=lambda d: natural_key(d.name)):
+        path = find_file("HR.csv", folder)
+        if path is None:
             log.warning("%s has no HR.csv (or HR.csv.gz); subject %s left out", folder, folder.name)
             continue
-        start, rate, values = read_empatica(found[0])
-        series.append(HRSeries(folder.name, values, rate, start_unix=start, source=found[0]))
+        start, rate, values = read_empatica(path)
+        series.append(HRSeries(folder.name, values, rate, start_unix=start, source=path))
     if not series:
         raise DataError(
             f"no HR.csv in any subject folder under {raw}: expected Raw_data/S*/HR.csv "

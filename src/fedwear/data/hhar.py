@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from fedwear.data.config import DatasetConfig
-from fedwear.data.preprocess import check_finite, read_failed, read_stream, require_root
+from fedwear.data.preprocess import check_finite, find_file, read_failed, read_stream, require_root
 from fedwear.data.types import UNLABELLED, RawDataset, Recording
 from fedwear.errors import DataError
 
@@ -66,6 +66,7 @@ FAITHFUL_MIN_RUN = {"nexus4": 512, "s3": 512, "s3mini": 384, "samsungold": 384}
 MAX_GAP_S = 0.5  # a longer gap in either sensor ends a recording (corrected alignment)
 HEADER = ["Index", "Arrival_Time", "Creation_Time", "x", "y", "z", "User", "Model", "Device", "gt"]
 FILES = ("Phones_accelerometer.csv", "Phones_gyroscope.csv")
+FOLDER = "Activity recognition exp"  # the archive's folder, read when root is its parent
 CARD = {
     "subjects": 9,
     "classes": CLASS_NAMES,
@@ -82,18 +83,10 @@ _GT = {"null": UNLABELLED, **{c: k for k, c in enumerate(CLASS_NAMES)}}
 log = logging.getLogger("fedwear")
 
 
-def _find(root: Path, name: str) -> Path | None:
-    for folder in (root, root / "Activity recognition exp"):
-        for cand in (folder / name, folder / f"{name}.gz"):
-            if cand.is_file():
-                return cand
-    return None
-
-
 def data_files(root: Path) -> list[Path]:
     """``Phones_accelerometer.csv`` and ``Phones_gyroscope.csv`` ([.gz]; in the root or its
     ``Activity recognition exp/``), those present."""
-    return [p for p in (_find(root, n) for n in FILES) if p is not None]
+    return [p for p in (find_file(n, root, root / FOLDER) for n in FILES) if p is not None]
 
 
 def read_csv(path: Path) -> pd.DataFrame:
@@ -232,7 +225,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
     """Recordings per user and device (see the module docstring; ``cfg.faithful`` switches to
     FedAli's row-index pairing)."""
     root = require_root(cfg, TITLE)
-    acc_path, gyro_path = _find(root, FILES[0]), _find(root, FILES[1])
+    acc_path, gyro_path = (find_file(n, root, root / FOLDER) for n in FILES)
     if acc_path is None or gyro_path is None:
         raise DataError(
             f"no HHAR files (Phones_accelerometer.csv and Phones_gyroscope.csv) found under {root}: "

@@ -34,7 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedwear.data.config import DatasetConfig
-from fedwear.data.preprocess import prefer_plain, read_bytes, require_root
+from fedwear.data.preprocess import error_text, prefer_plain, read_bytes, require_root
 from fedwear.data.types import RESERVED_KEYS, UNLABELLED, RawDataset, Recording
 from fedwear.errors import ConfigError, DataError
 
@@ -167,9 +167,7 @@ def files_for(cfg: DatasetConfig, root: Path) -> list[Path]:
 def _unreadable(path: Path, kind: str, exc: BaseException) -> DataError:
     """One line for a file the reader cannot parse: own files are written by the user's export,
     so the fix is to write them again (not to re-download)."""
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return DataError(f"{path}: cannot read it as {kind} ({what}): write the file again "
+    return DataError(f"{path}: cannot read it as {kind} ({error_text(exc)}): write the file again "
                      "(docs/own-data.md, 1. Convert) or remove it from the folder")  # fmt: skip
 
 

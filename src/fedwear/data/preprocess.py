@@ -98,12 +98,22 @@ def read_stream(path: Path) -> io.BytesIO:
     return io.BytesIO(read_bytes(path))
 
 
+def find_file(name: str, *folders: Path) -> Path | None:
+    """The first of ``folder/name``, ``folder/name.gz`` that exists, over ``folders`` in order."""
+    found = (p for f in folders for p in (f / name, f / f"{name}.gz") if p.is_file())
+    return next(found, None)
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: first line of the message`` (just ``Type`` for an empty message)."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
 def read_failed(path: Path, exc: BaseException) -> DataError:
     """A one-line DataError for a file the reader could not parse."""
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
     return DataError(
-        f"cannot read {path} ({what}): the file is corrupt or truncated; "
+        f"cannot read {path} ({error_text(exc)}): the file is corrupt or truncated; "
         "re-download it or remove it from the dataset folder"
     )
 
@@ -249,26 +259,17 @@ def make_windows(recordings: list[Recording], window: int, stride: int, tail: bo
     return Windows(np.concatenate(xs), np.concatenate(ys), np.concatenate(rs), np.concatenate(ss))
 
 
-def source_rates(cfg: DatasetConfig) -> dict[str, float]:
-    """A merged dataset's sources with a rate of their own (``dataset.sources[].rate_hz``), by
-    tag; their recordings (meta ``source``) stay at that rate instead of ``dataset.rate_hz``."""
-    return {s.label: s.rate_hz for s in cfg.sources if s.rate_hz is not None}
-
-
 def preprocess(raw: RawDataset, cfg: DatasetConfig) -> tuple[RawDataset, Windows, float]:
     """Select, resample and window; returns the processed recordings, all windows and the rate
     (a merged dataset's: ``dataset.rate_hz``, whatever rates its sources keep)."""
     if not raw.recordings:
         raise DataError(f"dataset '{raw.name}' has no recordings: check dataset.root")
     raw = select(raw, cfg)
-    own = source_rates(cfg)
-    if own:  # a merged dataset: each source at its own rate or dataset.rate_hz
+    # a merged dataset's sources with a rate_hz of their own keep it (by their meta source tag)
+    own = {s.label: s.rate_hz for s in cfg.sources if s.rate_hz is not None}
+    if own or cfg.rate_hz is not None:
         recs = [resample(r, own.get(r.meta.get("source")) or cfg.rate_hz) for r in raw.recordings]
         raw = RawDataset(raw.name, recs, raw.class_names)
-    elif cfg.rate_hz is not None:
-        raw = RawDataset(
-            raw.name, [resample(r, cfg.rate_hz) for r in raw.recordings], raw.class_names
-        )
     rate = cfg.rate_hz if cfg.sources and cfg.rate_hz is not None else raw.recordings[0].rate_hz
     stride = cfg.stride or cfg.window
     wins = make_windows(raw.recordings, cfg.window, stride, cfg.tail_window)

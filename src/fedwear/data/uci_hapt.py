@@ -25,6 +25,7 @@ from fedwear.data.config import DatasetConfig
 from fedwear.data.preprocess import (
     bundled_root,
     check_finite,
+    find_file,
     prefer_plain,
     read_bytes,
     read_failed,
@@ -50,25 +51,17 @@ CLASS_NAMES = [
 _SIGNAL = re.compile(r"^(acc|gyro)_exp(\d+)_user(\d+)\.txt(\.gz)?$")
 
 
-def _find(folder: Path, name: str) -> Path | None:
-    """``folder/name`` or ``folder/name.gz``, whichever exists (plain first)."""
-    for cand in (folder / name, folder / f"{name}.gz"):
-        if cand.is_file():
-            return cand
-    return None
-
-
 def data_files(root: Path) -> list[Path]:
     """Signal files, ``labels.txt`` and ``activity_labels.txt`` (those present), sorted."""
     raw = root / "RawData"
     files = [p for p in raw.iterdir() if _SIGNAL.match(p.name)] if raw.is_dir() else []
-    extra = [_find(raw, "labels.txt"), _find(root, "activity_labels.txt")]
+    extra = [find_file("labels.txt", raw), find_file("activity_labels.txt", root)]
     return sorted(prefer_plain(files)) + [p for p in extra if p is not None]
 
 
 def class_names(root: Path) -> list[str]:
     """Names from ``activity_labels.txt`` (trailing spaces stripped), else the built-in 12."""
-    path = _find(root, "activity_labels.txt")
+    path = find_file("activity_labels.txt", root)
     if path is None:
         return list(CLASS_NAMES)
     try:
@@ -110,7 +103,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
     root = require_root(cfg, TITLE, BUNDLED)
     raw = root / "RawData"
     sig_files = [p for p in data_files(root) if _SIGNAL.match(p.name)]
-    label_path = _find(raw, "labels.txt")
+    label_path = find_file("labels.txt", raw)
     if not sig_files or label_path is None:
         raise DataError(
             f"no UCI HAPT files (RawData/acc_expXX_userYY.txt[.gz] and RawData/labels.txt) found "

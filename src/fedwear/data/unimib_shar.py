@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from fedwear.data.config import DatasetConfig
-from fedwear.data.preprocess import check_finite, read_failed, read_stream, require_root
+from fedwear.data.preprocess import check_finite, find_file, read_failed, read_stream, require_root
 from fedwear.data.types import RawDataset, Recording
 from fedwear.errors import DataError
 
@@ -61,16 +61,9 @@ CARD = {
 _FILES = ("acc_data.mat", "acc_labels.mat", "acc_names.mat")
 
 
-def _find(root: Path, name: str) -> Path | None:
-    for cand in (root / "data" / name, root / "data" / f"{name}.gz"):
-        if cand.is_file():
-            return cand
-    return None
-
-
 def data_files(root: Path) -> list[Path]:
     """``data/acc_data.mat``, ``acc_labels.mat`` and ``acc_names.mat`` (those present)."""
-    return [p for p in (_find(root, n) for n in _FILES) if p is not None]
+    return [p for p in (find_file(n, root / "data") for n in _FILES) if p is not None]
 
 
 def _variable(path: Path, key: str) -> np.ndarray:
@@ -99,7 +92,7 @@ def class_names(path: Path | None) -> list[str]:
 def load(cfg: DatasetConfig) -> RawDataset:
     """One Recording of 151 samples per shipped window."""
     root = require_root(cfg, TITLE)
-    data, labels = _find(root, "acc_data.mat"), _find(root, "acc_labels.mat")
+    data, labels, names_path = (find_file(n, root / "data") for n in _FILES)
     if data is None or labels is None:
         raise DataError(
             f"no UniMiB-SHAR files (data/acc_data.mat and data/acc_labels.mat) found under {root}: "
@@ -113,7 +106,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
     if y.ndim != 2 or y.shape != (len(x), 3):
         raise DataError(f"{labels}: expected {len(x)} x 3 labels for {data}, got {y.shape}: re-download both")
     check_finite(x, str(data))
-    names = class_names(_find(root, "acc_names.mat"))
+    names = class_names(names_path)
     act, subject, trial = (y[:, k].astype(np.int64) for k in range(3))
     if act.min() < 1 or act.max() > len(names):
         raise DataError(f"{labels}: activity codes outside 1..{len(names)}: re-download it")

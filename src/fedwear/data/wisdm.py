@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from fedwear.data.config import DatasetConfig
-from fedwear.data.preprocess import check_finite, read_bytes, read_failed, require_root
+from fedwear.data.preprocess import check_finite, find_file, read_bytes, read_failed, require_root
 from fedwear.data.types import RawDataset, Recording
 from fedwear.errors import DataError
 
@@ -64,17 +64,9 @@ _LUT = {c: k for k, c in enumerate(CLASS_NAMES)}
 log = logging.getLogger("fedwear")
 
 
-def _find(root: Path) -> Path | None:
-    for folder in (root, root / "WISDM_ar_v1.1"):
-        for cand in (folder / FILE, folder / f"{FILE}.gz"):
-            if cand.is_file():
-                return cand
-    return None
-
-
 def data_files(root: Path) -> list[Path]:
     """``WISDM_ar_v1.1_raw.txt[.gz]`` (in the root or its ``WISDM_ar_v1.1/``)."""
-    path = _find(root)
+    path = find_file(FILE, root, root / "WISDM_ar_v1.1")
     return [] if path is None else [path]
 
 
@@ -121,13 +113,13 @@ def read_records(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def load(cfg: DatasetConfig) -> RawDataset:
     """Recordings per user, cut at activity changes and timestamp breaks."""
     root = require_root(cfg, TITLE)
-    path = _find(root)
-    if path is None:
+    files = data_files(root)
+    if not files:
         raise DataError(
             f"no {FILE} found under {root}: set dataset.root to the WISDM_ar_v1.1 folder, or "
             f"fetch it with 'fedwear data download {NAME}'"
         )
-    users, labels, times, xyz = read_records(path)
+    users, labels, times, xyz = read_records(files[0])
     keep = times != 0
     users, labels, times, xyz = users[keep], labels[keep], times[keep], xyz[keep]
     recs = []
