@@ -21,7 +21,7 @@ from tests.helpers import tiny_config  # noqa: E402
 def method_and_data(**overrides):
     cfg = tiny_config(**overrides)
     data = load_federated(cfg.dataset, cfg.seed)
-    return private(build_method(Task.of(cfg, data)), cfg.privacy), data
+    return private(build_method(Task.of(cfg, data)), cfg), data
 
 
 def test_client_update_is_clipped_and_weight_is_one():
@@ -68,3 +68,56 @@ def test_checkpoints_of_a_private_run_that_keeps_trained_models(tmp_path):
     sets = {"privacy.dp": "central", "evaluation.personal_model": "trained", "checkpoint_every": 1, "rounds": 2}
     result = fedwear.run(tiny_config(**sets), tmp_path / "run")
     assert (result.out_dir / "checkpoint.npz").exists() and result.summary["final"]
+
+
+# Accounting: dp-accounting's RDP accountant for m of N clients sampled without replacement.
+
+
+def test_one_round_of_all_clients_matches_the_accountants_own_example():
+    """dp-accounting's test_compute_epsilon_delta_gaussian: a Gaussian of noise multiplier
+    4.530877117 is exactly (1, 1e-6)-DP. A round of every client with noise z C on the sum is that
+    Gaussian at z / 2 replace-one sensitivities (2C), so z = 2 x 4.530877117 gives epsilon 1."""
+    from fedwear.privacy import epsilon, noise_for_budget
+
+    assert epsilon(2 * 4.530877117, clients=14, per_round=14, rounds=1, delta=1e-6) == pytest.approx(1.0, abs=0.02)
+    assert noise_for_budget(1.0, 14, 14, 1, 1e-6) == pytest.approx(2 * 4.530877117, rel=0.02)
+
+
+@pytest.mark.parametrize("z, rounds", [(8.0, 50), (30.0, 300)])
+def test_epsilon_lies_between_the_exact_gaussian_and_the_plain_rdp_bound(z, rounds):
+    """With every client in every round, the run is one Gaussian of std (z / 2) / sqrt(rounds)
+    sensitivities: the exact epsilon (Balle and Wang, ICML 2018, Thm. 8) is a lower bound of any
+    valid accounting, and RDP's basic conversion (Mironov 2017, Prop. 3) an upper bound."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    from fedwear.privacy import epsilon
+
+    delta, sigma = 1e-5, z / 2 / np.sqrt(rounds)
+    exact = brentq(lambda e: norm.cdf(1 / (2 * sigma) - e * sigma) - np.exp(e) * norm.cdf(-1 / (2 * sigma) - e * sigma)
+                   - delta, 1e-6, 100.0)
+    basic = 1 / (2 * sigma**2) + np.sqrt(2 * np.log(1 / delta)) / sigma
+    assert exact <= epsilon(z, 14, 14, rounds, delta) <= basic
+
+
+def test_sampling_fewer_clients_spends_less_and_the_budget_is_met():
+    from fedwear.privacy import epsilon, noise_for_budget
+
+    assert epsilon(5.0, 14, 4, 300, 1e-5) < epsilon(5.0, 14, 14, 300, 1e-5)
+    z = noise_for_budget(8.0, 14, 4, 300, 1e-5)
+    assert epsilon(z, 14, 4, 300, 1e-5) <= 8.0 < epsilon(0.98 * z, 14, 4, 300, 1e-5)
+
+
+def test_a_private_run_records_its_epsilon_and_meets_its_budget(tmp_path):
+    sets = {"privacy.dp": "central", "privacy.target_epsilon": 20.0, "privacy.delta": 1e-4, "rounds": 2}
+    result = fedwear.run(tiny_config(**sets), tmp_path / "run")
+    p = result.summary["privacy"]
+    assert 19.0 < p["epsilon"] <= 20.0 and p["noise_multiplier"] > 0 and p["rounds"] == 2
+    assert "privacy: central DP" in (result.out_dir / "run.log").read_text()
+
+
+def test_an_impossible_budget_and_two_noise_settings_are_refused():
+    with pytest.raises(ConfigError, match="needs a noise multiplier above"):
+        method_and_data(**{"privacy.dp": "central", "privacy.target_epsilon": 1e-6})
+    with pytest.raises(ConfigError, match="not both"):
+        tiny_config(**{"privacy.dp": "central", "privacy.target_epsilon": 1.0, "privacy.noise_multiplier": 1.0})

@@ -37,7 +37,7 @@ from fedwear.engines.sim import SimExecutor
 from fedwear.errors import FedwearError
 from fedwear.methods import Task, build_method
 from fedwear.methods.together import POPULATION
-from fedwear.privacy import CentralDP, private
+from fedwear.privacy import CentralDP, log_privacy, private
 from fedwear.version import __version__
 
 log = logging.getLogger("fedwear")
@@ -128,7 +128,7 @@ def run(
         # Load (and validate) the data and the model before anything is written, so a bad input loses nothing.
         if data is None:
             data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-        method = private(build_method(Task.of(cfg, data)), cfg.privacy)
+        method = private(build_method(Task.of(cfg, data)), cfg)
         threads = cfg.threads or choose_threads(getattr(method, "model", None), data.window,
                                                 len(data.channels), cfg.batch_size)
         roster = Roster.of(method, data)
@@ -136,6 +136,8 @@ def run(
         cbs = _start_out_dir(cfg, out, quiet, [*([pause] if pause else []), *(callbacks or [])],
                              fresh=plan.checkpoint is None)
         log.info("threads: %d%s", threads, "" if cfg.threads else " (threads: null, chosen from the training batch's work)")
+        if isinstance(method, CentralDP):
+            log_privacy(cfg, len(roster.clients))
         runner = None
         try:
             if plan.checkpoint is not None and (moved := rundir.moved_since(plan.checkpoint)):
@@ -182,11 +184,13 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
         rundir.plan(cfg, out, resume=False, overwrite=overwrite)
         executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
         roster = roster_from_nodes(executor.info)
-        method = private(build_method(roster.task(cfg)), cfg.privacy)
+        method = private(build_method(roster.task(cfg)), cfg)
         cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
         try:
             log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),
                      len(roster.new_clients), ", ".join(roster.new_clients))
+            if isinstance(method, CentralDP):
+                log_privacy(cfg, len(roster.clients))
             Runner(cfg, method, roster, executor, cbs).run()
             result = _finish(cfg, out, roster)
             tracking.log_summary(cbs, result.summary)
@@ -260,7 +264,8 @@ def _finish(cfg: RunConfig, out: Path, roster: Roster, paused: bool = False,
     secure = cfg.flower.secagg.model_dump() if cfg.flower.secagg.enabled else False
     summary["privacy"] = {"dp": "none", "secure_aggregation": secure}
     if cfg.privacy.dp != "none":
-        summary["privacy"] = {**CentralDP.describe(cfg), "secure_aggregation": secure}
+        done = int(rounds["round"].max()) if len(rounds) else 0
+        summary["privacy"] = {**CentralDP.describe(cfg, len(roster.clients), done), "secure_aggregation": secure}
     if paused:
         summary["paused_at"] = int(rounds["round"].max()) if len(rounds) else 0
         return Result(out, summary)

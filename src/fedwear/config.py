@@ -153,7 +153,21 @@ class PrivacyConfig(Strict):
 
     dp: Literal["none", "central"] = "none"
     clipping_norm: float = Field(1.0, gt=0, description="L2 bound C of each client's update")
-    noise_multiplier: float = Field(1.0, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates")
+    noise_multiplier: float | None = Field(
+        None, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates; null: 1.0, or the "
+        "smallest z that meets target_epsilon")
+    target_epsilon: float | None = Field(
+        None, gt=0, description="a budget: z is chosen so that the whole run is (target_epsilon, delta)-DP for each "
+        "client (fedwear.privacy.noise_for_budget); null: z is noise_multiplier")
+    delta: float = Field(1e-5, gt=0, lt=1, description="the delta of the (epsilon, delta) the run reports; keep it "
+                         "well below 1 / (training clients)")
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> PrivacyConfig:
+        if self.target_epsilon is not None and self.noise_multiplier is not None:
+            raise ValueError("set privacy.noise_multiplier or privacy.target_epsilon, not both: a budget chooses "
+                             "the noise multiplier")
+        return self
 
 
 class RobustConfig(Strict):

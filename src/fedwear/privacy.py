@@ -8,15 +8,34 @@ with equal weights and adds Gaussian noise of std ``z C / m`` to the mean (Flowe
 ``compute_stdv`` and ``add_gaussian_noise_inplace``). The noise is drawn from
 ``derive_seed(seed, "dp", round)`` so runs stay reproducible. Only methods whose
 aggregation is a mean of the replied arrays qualify (``Method.mean_aggregation``).
+
+Accounting (:func:`epsilon`) is Google's ``dp-accounting`` RDP accountant for exactly what a
+round does: m of the N training clients drawn uniformly without replacement
+(:func:`fedwear.seeding.client_schedule`), then the Gaussian mechanism on the sum of their
+clipped updates, composed over the rounds. Fixed-size sampling is analysed under replace-one
+neighbouring datasets (Wang, Balle and Kasiviswanathan, AISTATS 2019), where swapping one
+client's update for another's moves the sum by up to 2C: noise of std z C is z / 2 times that
+sensitivity, and that is the multiplier the accountant gets. The guarantee is per client (a
+client's whole data), for what the server releases; it assumes the round's selection is not
+published (the run folder's seed would reveal it).
 """
 
 from __future__ import annotations
+
+import functools
+import logging
+import math
 
 import numpy as np
 
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.methods.api import Method, Plan, Record
 from fedwear.seeding import derive_seed
+
+#: The largest noise multiplier :func:`noise_for_budget` considers: above it, noise of std
+#: z C / m drowns any update a run of m clients can average.
+MAX_NOISE_MULTIPLIER = 1e4
+ACCOUNTANT = "RDP (dp_accounting.rdp.RdpAccountant), replace-one neighbours, m of N clients sampled without replacement"
 
 
 def _dp():
@@ -27,11 +46,80 @@ def _dp():
     return differential_privacy
 
 
-class CentralDP:
-    """Wraps ``method``: clipped client updates, noisy equal-weight mean on the server
-    (``settings``: the config's ``privacy`` block)."""
+def _accounting():
+    try:
+        import dp_accounting
+        from dp_accounting import rdp
+    except ImportError:
+        raise FedwearError("privacy.dp accounting needs Google's dp-accounting: pip install 'fedwear[flower]'") from None
+    return dp_accounting, rdp
 
-    def __init__(self, method: Method, settings) -> None:
+
+def _round_event(noise_multiplier: float, clients: int, per_round: int, parts: int):
+    """One round as a ``dp_accounting`` event: ``per_round`` of ``clients`` sampled without
+    replacement, then ``parts`` Gaussian sums (each of its own clipped part, noise z times its
+    bound), each at z / 2 replace-one sensitivities."""
+    dpa, _ = _accounting()
+    gaussian = dpa.GaussianDpEvent(noise_multiplier / 2)
+    inner = gaussian if parts == 1 else dpa.ComposedDpEvent([gaussian] * parts)
+    return dpa.SampledWithoutReplacementDpEvent(clients, per_round, inner)
+
+
+def _accountant():
+    dpa, rdp = _accounting()
+    return rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+
+
+def epsilon(noise_multiplier: float, clients: int, per_round: int, rounds: int, delta: float, parts: int = 1) -> float:
+    """The epsilon at ``delta`` of ``rounds`` rounds, each of ``per_round`` of ``clients``
+    clients sampled without replacement and noise multiplier z (inf for z = 0)."""
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return math.inf
+    accountant = _accountant()
+    accountant.compose(_round_event(noise_multiplier, clients, per_round, parts), rounds)
+    return float(accountant.get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=64)
+def noise_for_budget(target_epsilon: float, clients: int, per_round: int, rounds: int, delta: float,
+                     parts: int = 1) -> float:
+    """The smallest noise multiplier (to the accountant's tolerance, rounded up) whose run
+    stays within ``(target_epsilon, delta)``; a ConfigError when even
+    :data:`MAX_NOISE_MULTIPLIER` does not."""
+    if epsilon(MAX_NOISE_MULTIPLIER, clients, per_round, rounds, delta, parts) > target_epsilon:
+        raise ConfigError(
+            f"privacy.target_epsilon={target_epsilon:g} at delta={delta:g} needs a noise multiplier above "
+            f"{MAX_NOISE_MULTIPLIER:g} for {rounds} rounds of {per_round} of {clients} clients: raise the budget, "
+            "or train fewer rounds")
+    dpa, _ = _accounting()
+    from dp_accounting.mechanism_calibration import ExplicitBracketInterval
+
+    tolerance = 1e-6  # brentq's root lies within it of the exact one: adding it keeps epsilon within the budget
+    root = dpa.calibrate_dp_mechanism(
+        _accountant, lambda z: dpa.SelfComposedDpEvent(_round_event(z, clients, per_round, parts), rounds),
+        target_epsilon, delta, ExplicitBracketInterval(1e-3, MAX_NOISE_MULTIPLIER), tol=tolerance)
+    return float(root) + tolerance
+
+
+def noise_multiplier(cfg, clients: int, parts: int = 1) -> float:
+    """The run's z: ``privacy.noise_multiplier``, the one ``privacy.target_epsilon`` asks for,
+    or 1.0."""
+    p = cfg.privacy
+    if p.noise_multiplier is not None:
+        return p.noise_multiplier
+    if p.target_epsilon is None:
+        return 1.0
+    return noise_for_budget(p.target_epsilon, clients, cfg.clients_per_round_count(clients), cfg.rounds, p.delta,
+                            parts)
+
+
+class CentralDP:
+    """Wraps ``method``: clipped client updates, noisy equal-weight mean on the server, for the
+    run's config ``cfg`` (its ``privacy`` block, rounds and clients per round)."""
+
+    def __init__(self, method: Method, cfg) -> None:
         if not getattr(method, "mean_aggregation", False):
             raise ConfigError(
                 f"privacy.dp=central: {method.name} does not aggregate by a mean of client arrays; "
@@ -39,7 +127,8 @@ class CentralDP:
             )
         _dp()
         self.inner = method
-        self.settings = settings
+        self.settings = cfg.privacy
+        self.noise_multiplier = noise_multiplier(cfg, method.task.num_clients)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -73,7 +162,7 @@ class CentralDP:
         if not replies:
             return out
         dp = _dp()
-        std = dp.compute_stdv(self.settings.noise_multiplier, self.settings.clipping_norm, len(replies))
+        std = dp.compute_stdv(self.noise_multiplier, self.settings.clipping_norm, len(replies))
         keys = [k for k in next(iter(replies.values())).arrays if out.arrays[k].dtype.kind == "f"]
         noisy = [out.arrays[k].copy() for k in keys]
         saved = np.random.get_state()
@@ -85,18 +174,30 @@ class CentralDP:
         return Record({**out.arrays, **dict(zip(keys, noisy, strict=True))}, out.scalars)
 
     @staticmethod
-    def describe(cfg) -> dict:
-        """The privacy parameters recorded in summary.json."""
-        p = cfg.privacy
-        return {"dp": "central", "clipping_norm": p.clipping_norm, "noise_multiplier": p.noise_multiplier,
-                "rounds": cfg.rounds, "clients_per_round": cfg.clients_per_round,
+    def describe(cfg, clients: int, rounds: int) -> dict:
+        """The privacy of a run of ``cfg`` over ``clients`` training clients after ``rounds``
+        rounds, as summary.json records it."""
+        p, z = cfg.privacy, noise_multiplier(cfg, clients)
+        per_round = cfg.clients_per_round_count(clients)
+        return {"dp": "central", "clipping_norm": p.clipping_norm, "noise_multiplier": z,
+                "target_epsilon": p.target_epsilon, "epsilon": epsilon(z, clients, per_round, rounds, p.delta),
+                "delta": p.delta, "rounds": rounds, "clients": clients, "clients_per_round": per_round,
                 "mechanism": "client-side fixed clipping + Gaussian noise std z*C/m on the equal-weight mean",
-                "epsilon": None, "epsilon_note": "no accountant installed; compute epsilon from z, sampling rate and rounds (e.g. RDP)"}
+                "accountant": ACCOUNTANT}
 
 
-def private(method: Method, settings) -> Method:
-    """``method`` wrapped for the config's ``privacy`` block ``settings`` (unchanged when its dp
-    is none)."""
-    if settings.dp == "central":
-        return CentralDP(method, settings)  # type: ignore[return-value]
+def log_privacy(cfg, clients: int) -> None:
+    """run.log's line on the privacy the whole run will give."""
+    d = CentralDP.describe(cfg, clients, cfg.rounds)
+    logging.getLogger("fedwear").info(
+        "privacy: central DP, clipping norm %g, noise multiplier %.4g%s: (%.3g, %g)-DP per client after %d rounds "
+        "of %d of %d clients (%s)", d["clipping_norm"], d["noise_multiplier"],
+        f" (chosen for target_epsilon {d['target_epsilon']:g})" if d["target_epsilon"] else "", d["epsilon"],
+        d["delta"], d["rounds"], d["clients_per_round"], d["clients"], ACCOUNTANT)
+
+
+def private(method: Method, cfg) -> Method:
+    """``method`` wrapped for the config's ``privacy`` block (unchanged when its dp is none)."""
+    if cfg.privacy.dp == "central":
+        return CentralDP(method, cfg)  # type: ignore[return-value]
     return method

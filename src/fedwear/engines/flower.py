@@ -129,7 +129,7 @@ def build_slots(cfg: RunConfig, with_pooled_test: bool) -> tuple[list[ClientSlot
     from fedwear.privacy import private
 
     data = load_federated(cfg.dataset, cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    method = private(build_method(Task.of(cfg, data)), cfg.privacy)
+    method = private(build_method(Task.of(cfg, data)), cfg)
     if cfg.threads is None:  # as fedwear.run chooses them
         choose_threads(getattr(method, "model", None), data.window, len(data.channels), cfg.batch_size)
     roster = Roster.of(method, data)
