@@ -38,7 +38,7 @@ from fedwear.evaluation.metrics import LOWER_IS_BETTER
 from fedwear.evaluation.naive import NAIVE
 from fedwear.report.rundir import Run
 from fedwear.report.style import fit_tick_labels, paper_size, paper_style
-from fedwear.report.tables import ordered_views
+from fedwear.report.tables import ordered_views, over_clients
 from fedwear.report.units import NAMES, axis_label, scale, unit
 
 Groups = dict[str, list[Run]]
@@ -58,10 +58,8 @@ def flat(groups: Groups) -> list[Run]:
 def weighted(runs: Iterable[Run]) -> str:
     """How the runs' weighted means were taken over clients (``evaluation.client_weights``)."""
     how = {run.client_weights for run in runs}
-    if how == {"uniform"}:
-        return "unweighted mean over clients"
     if len(how) == 1:
-        return f"sample-weighted mean over clients (weights: each client's {how.pop()} windows)"
+        return over_clients(how.pop())
     return "weighted mean over clients (weights: each run's evaluation.client_weights)"
 
 
@@ -107,8 +105,7 @@ def _palette(n: int) -> list:
 
 def colors(groups: Groups) -> dict[str, str]:
     """A fixed colour per method (:func:`_palette`, in group order)."""
-    palette = _palette(len(groups))
-    return {m: palette[i % len(palette)] for i, m in enumerate(groups)}
+    return {m: style["color"] for m, style in styles(groups).items()}
 
 
 def styles(groups: Groups) -> dict[str, dict]:
@@ -130,20 +127,13 @@ def views_of(groups: Groups) -> list[str]:
 
 def metrics_of(groups: Groups) -> list[str]:
     """Metric columns of any run, first-seen order."""
-    names: list[str] = []
-    for runs in groups.values():
-        for r in runs:
-            names += [m for m in r.metric_names if m not in names]
-    return names
+    return list(dict.fromkeys(m for r in flat(groups) for m in r.metric_names))
 
 
 def seeds_text(groups: Groups) -> str:
     """``fedavg: seeds 0, 1; local: seeds 0, 1`` (or ``seed 0`` for one run)."""
-    parts = []
-    for method, runs in groups.items():
-        seeds = ", ".join(str(r.seed) for r in runs)
-        parts.append(f"{method}: seed{'s' if len(runs) > 1 else ''} {seeds}")
-    return "; ".join(parts)
+    return "; ".join(f"{method}: seed{'s' if len(runs) > 1 else ''} {', '.join(str(r.seed) for r in runs)}"
+                     for method, runs in groups.items())
 
 
 def n_seeds(k: int) -> str:
@@ -293,24 +283,22 @@ def show_zero(ax) -> None:
 
 
 def _seed_band(series: list[pd.Series]) -> pd.DataFrame:
-    """Per round (index): mean, min and max over the seeds' values (NaN ignored)."""
+    """Per round (index) with a value: mean, min and max over the seeds' values (NaN ignored)."""
     table = pd.concat(series, axis=1)
     return pd.DataFrame({"mean": table.mean(axis=1), "lo": table.min(axis=1),
-                         "hi": table.max(axis=1)})
+                         "hi": table.max(axis=1)}).dropna(subset=["mean"])
 
 
 def _draw_band(ax, stats: pd.DataFrame, style: dict, label: str, factor: float = 1.0,
-               ls: str | tuple = "-") -> None:
+               ls: str | tuple = "-", alpha: float = 0.12) -> None:
     """The mean line (a marker on each point; see :func:`_thin_markers`) and, when seeds differ,
-    the min..max band."""
-    stats = stats.dropna(subset=["mean"])
-    x = stats.index.to_numpy(float)
+    the min..max band; x: the column ``x`` of ``stats``, else its index (the round)."""
+    x = stats.get("x", stats.index).to_numpy(float)
     color = style["color"]
     ax.plot(x, factor * stats["mean"], color=color, marker=style["marker"], markersize=style["size"],
             lw=1.6, ls=ls, label=label)
     if (stats["hi"] > stats["lo"]).any():
-        ax.fill_between(x, factor * stats["lo"], factor * stats["hi"], color=color, alpha=0.12,
-                        lw=0)
+        ax.fill_between(x, factor * stats["lo"], factor * stats["hi"], color=color, alpha=alpha, lw=0)
 
 
 def _thin_markers(ax, every: int = 15) -> None:
@@ -332,8 +320,7 @@ def _legend(fig: Figure, ax, groups: Groups, always: bool = False) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if labels and (len(groups) > 1 or always):
         ncol = min(len(labels), 4 if max(map(len, labels)) <= 12 else 2)
-        fig.legend(handles, labels, loc="outside lower center", ncol=ncol,
-                   frameon=False)
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
 
 
 def _weighted_series(run: Run, view: str, metric: str) -> pd.Series:
@@ -420,7 +407,7 @@ def curve_plot(groups: Groups, out: Path) -> Plot | None:
                     continue
                 if naive:
                     naive_from = method
-                stats = _seed_band(series).dropna(subset=["mean"])
+                stats = _seed_band(series)
                 style = {**sty[method], "color": NAIVE_COLOR} if naive else sty[method]
                 _draw_band(ax, stats, style, f"{method} {view}", scale(metric), line[view])
                 values += [*stats["lo"], *stats["hi"]]
@@ -436,9 +423,8 @@ def curve_plot(groups: Groups, out: Path) -> Plot | None:
     shown = [v for v in views if v in drawn_views]
     if not shown:  # every value NaN (a run that reported no number): no curve to draw
         return None
-    handles = [Line2D([], [], color=sty[m]["color"], marker=sty[m]["marker"], lw=1.6) for m in groups
-               if any(v not in NAIVE for v in shown)]
-    labels = [m for m in groups if any(v not in NAIVE for v in shown)]
+    labels = list(groups) if any(v not in NAIVE for v in shown) else []
+    handles = [Line2D([], [], color=sty[m]["color"], marker=sty[m]["marker"], lw=1.6) for m in labels]
     for view in shown:
         naive = view in NAIVE
         handles.append(Line2D([], [], color=NAIVE_COLOR if naive else "#333333", ls=line[view], lw=1.6))
@@ -559,7 +545,7 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
 
 
 # ---- federated cost -----------------------------------------------------------------------------
-def _cumulative(run: Run, columns: list[str], frame: pd.DataFrame) -> pd.Series:
+def _cumulative(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
     """The cumulative sum over rounds of ``columns`` of ``frame`` (rounds.csv or timing.csv)."""
     if not len(frame) or any(c not in frame for c in columns):
         return pd.Series(dtype=float)
@@ -581,8 +567,8 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
             (x for x in views_of({method: runs}) if x not in NAIVE), None)
         if v is None:
             continue
-        for key, of in (("mb", lambda r: _cumulative(r, ["bytes_down", "bytes_up"], r.rounds) / 1e6),
-                        ("s", lambda r: _cumulative(r, ["wall_s"], r.timing))):
+        for key, of in (("mb", lambda r: _cumulative(r.rounds, ["bytes_down", "bytes_up"]) / 1e6),
+                        ("s", lambda r: _cumulative(r.timing, ["wall_s"]))):
             per_seed = []
             for r in runs:
                 y = _weighted_series(r, v, metric).dropna()
@@ -595,7 +581,7 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
             if per_seed:
                 table = pd.concat(per_seed, keys=range(len(per_seed)), names=["seed", "round"])
                 lines[key][method] = table.groupby(level="round").agg(
-                    x=("x", "mean"), y=("y", "mean"), lo=("y", "min"), hi=("y", "max"))
+                    x=("x", "mean"), mean=("y", "mean"), lo=("y", "min"), hi=("y", "max"))
                 used[method] = v
     if not lines["mb"] and not lines["s"]:
         return None
@@ -609,11 +595,7 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
                                         ("s", "wall-clock seconds so far")), strict=True):
         for method, t in lines[key].items():
             label = f"{method} ({used[method]})" if several_views else method
-            ax.plot(t["x"], factor * t["y"], color=sty[method]["color"], marker=sty[method]["marker"],
-                    markersize=sty[method]["size"], lw=1.6, label=label)
-            if (t["hi"] > t["lo"]).any():
-                ax.fill_between(t["x"], factor * t["lo"], factor * t["hi"], color=sty[method]["color"],
-                                alpha=0.15, lw=0)
+            _draw_band(ax, t, sty[method], label, factor, alpha=0.15)
         set_range(ax, lo, hi)
         right = max([float(t["x"].max()) for t in lines[key].values()] or [1.0]) or 1.0
         ax.set_xlim(-0.03 * right, 1.05 * right)
@@ -640,11 +622,12 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
 
 
 # ---- training -----------------------------------------------------------------------------------
-def _round_series(run: Run, column: str, cumulative: bool = False) -> pd.Series:
-    if column not in run.rounds:
-        return pd.Series(dtype=float, name=str(run.seed))
-    s = run.rounds.set_index("round")[column].astype(float)
-    return (s.cumsum() if cumulative else s).rename(str(run.seed))
+def _round_series(frame: pd.DataFrame, column: str, seed, cumulative: bool = False) -> pd.Series:
+    """``column`` of ``frame`` (rounds.csv or timing.csv) per round, named after the seed."""
+    if column not in frame:
+        return pd.Series(dtype=float, name=str(seed))
+    s = frame.set_index("round")[column].astype(float)
+    return (s.cumsum() if cumulative else s).rename(str(seed))
 
 
 def _across_seeds(groups: Groups) -> str:
@@ -652,34 +635,42 @@ def _across_seeds(groups: Groups) -> str:
             f"({seeds_text(groups)})" if multi_seed(groups) else f"Runs: {seeds_text(groups)}")
 
 
-def _rounds_drawn(ax) -> list[float]:
-    return [float(x) for line in ax.get_lines() for x in line.get_xdata()]
+def _line_plot(groups: Groups, out: Path, file: str, lines: list[tuple[str, str, str, list[pd.Series]]],
+               ylabel: str, title: str, factor: float = 1.0, legend: bool = False) -> None:
+    """``file``: per (method, label, line style, each seed's series) of ``lines``, the mean over
+    seeds and its band against the round; ``legend``: a legend also for a single method."""
+    fig = _new_figure(4.8, 3.5 if len(groups) > 1 or legend else 3.2)
+    ax = fig.add_subplot()
+    sty = styles(groups)
+    drawn = False
+    for method, label, ls, per_seed in lines:
+        per_seed = [s for s in per_seed if s.notna().any()]
+        if per_seed:
+            _draw_band(ax, _seed_band(per_seed), sty[method], label, factor, ls)
+            drawn = True
+    if not drawn:
+        ax.text(0.5, 0.5, "no values recorded", ha="center", va="center", transform=ax.transAxes)
+    ax.set(xlabel="round", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    round_axis(ax, [float(x) for line in ax.get_lines() for x in line.get_xdata()])
+    if drawn:
+        show_zero(ax)
+    _thin_markers(ax)
+    _legend(fig, ax, groups, always=legend)
+    _save(fig, out, file)
 
 
 def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
     """Cumulative bytes ``way`` ("up" or "down") in MB; evaluation traffic dashed when
     rounds.csv records it."""
-    has_eval = any(f"eval_bytes_{way}" in r.rounds for rs in groups.values() for r in rs)
-    fig = _new_figure(4.8, 3.5 if len(groups) > 1 or has_eval else 3.2)
-    ax = fig.add_subplot()
-    sty = styles(groups)
+    has_eval = any(f"eval_bytes_{way}" in r.rounds for r in flat(groups))
     kinds = [("", "-", "training")] + ([("eval_", "--", "evaluation")] if has_eval else [])
-    for method, rs in groups.items():
-        for prefix, ls, kind in kinds:
-            series = [_round_series(r, f"{prefix}bytes_{way}", True) for r in rs]
-            series = [x for x in series if len(x)]
-            if series:
-                label = f"{method}, {kind}" if has_eval else method
-                _draw_band(ax, _seed_band(series), sty[method], label, 1e-6, ls)
+    lines = [(method, f"{method}, {kind}" if has_eval else method, ls,
+              [_round_series(r.rounds, f"{prefix}bytes_{way}", r.seed, True) for r in rs])
+             for method, rs in groups.items() for prefix, ls, kind in kinds]
     direction = "clients to server" if way == "up" else "server to clients"
-    ax.set(xlabel="round", ylabel="cumulative MB", title=f"bytes {way}: {direction}")
-    ax.grid(alpha=0.3)
-    round_axis(ax, _rounds_drawn(ax))
-    show_zero(ax)
-    _thin_markers(ax)
-    _legend(fig, ax, groups, always=has_eval)
     file = f"bytes_{way}.png"
-    _save(fig, out, file)
+    _line_plot(groups, out, file, lines, "cumulative MB", f"bytes {way}: {direction}", 1e-6, has_eval)
     what = ("training replies accepted into aggregation" if way == "up"
             else "training payloads sent to the selected clients")
     caption = (f"Cumulative bytes_{way} per round from rounds.csv ({what}), summed over clients, "
@@ -691,33 +682,11 @@ def bytes_plot(groups: Groups, out: Path, way: str) -> Plot:
                 "communication", notes=f"{caption}; y axis from just below 0. {_across_seeds(groups)}.")
 
 
-def _line_plot(groups: Groups, out: Path, file: str, series: dict[str, list[pd.Series]],
-               ylabel: str, title: str) -> None:
-    fig = _new_figure(4.8, 3.5 if len(groups) > 1 else 3.2)
-    ax = fig.add_subplot()
-    sty = styles(groups)
-    drawn = False
-    for method, per_seed in series.items():
-        per_seed = [s for s in per_seed if s.notna().any()]
-        if per_seed:
-            _draw_band(ax, _seed_band(per_seed), sty[method], method)
-            drawn = True
-    if not drawn:
-        ax.text(0.5, 0.5, "no values recorded", ha="center", va="center", transform=ax.transAxes)
-    ax.set(xlabel="round", ylabel=ylabel, title=title)
-    ax.grid(alpha=0.3)
-    round_axis(ax, _rounds_drawn(ax))
-    if drawn:
-        show_zero(ax)
-    _thin_markers(ax)
-    _legend(fig, ax, groups)
-    _save(fig, out, file)
-
-
 def loss_plot(groups: Groups, out: Path) -> Plot:
     """Training loss per round (rounds.csv ``train_loss``)."""
-    series = {m: [_round_series(r, "train_loss") for r in runs] for m, runs in groups.items()}
-    _line_plot(groups, out, "train_loss.png", series, "train loss", "training loss")
+    lines = [(m, m, "-", [_round_series(r.rounds, "train_loss", r.seed) for r in runs])
+             for m, runs in groups.items()]
+    _line_plot(groups, out, "train_loss.png", lines, "train loss", "training loss")
     caption = ("train_loss from rounds.csv: per round, the unweighted mean over the clients whose "
                "reply was accepted of the training loss each reported (rounds without a reported "
                f"loss are left out). {_across_seeds(groups)}.")
@@ -727,9 +696,9 @@ def loss_plot(groups: Groups, out: Path) -> Plot:
 
 def timing_plot(groups: Groups, out: Path) -> Plot:
     """Wall-clock seconds per round (timing.csv)."""
-    series = {m: [r.timing.set_index("round")["wall_s"].astype(float).rename(str(r.seed))
-                  for r in runs] for m, runs in groups.items()}
-    _line_plot(groups, out, "wall_time.png", series, "seconds", "wall-clock time per round")
+    lines = [(m, m, "-", [_round_series(r.timing, "wall_s", r.seed) for r in runs])
+             for m, runs in groups.items()]
+    _line_plot(groups, out, "wall_time.png", lines, "seconds", "wall-clock time per round")
     caption = ("wall_s from timing.csv: seconds per round, training plus evaluation when the round "
                f"was evaluated. {_across_seeds(groups)}.")
     return Plot("wall_time.png", "wall-clock time", "Wall-clock seconds per round: training, and evaluation in "
