@@ -48,7 +48,7 @@ from fedwear.data.preprocess import (
     select,
     short_recordings,
 )
-from fedwear.data.types import UNLABELLED, ClientData, FederatedData, RawDataset
+from fedwear.data.types import UNLABELLED, ClientData, FederatedData, RawDataset, Windows
 from fedwear.errors import ConfigError, DataError
 
 __all__ = [
@@ -172,7 +172,7 @@ def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
     hit = cache.load(path)
     if hit is not None:
         for message in hit.info.get("warnings", []):  # what building it warned about still holds
-            logging.getLogger("fedwear").warning("%s", message)
+            log.warning("%s", message)
         return hit
     with _kept_warnings() as warned:
         data = _build(cfg, seed)
@@ -213,9 +213,7 @@ def _build(cfg: DatasetConfig, seed: int) -> FederatedData:
     info.update(
         native_rate_hz=native,
         stride=cfg.stride or cfg.window,
-        class_ids=list(cfg.classes)
-        if cfg.classes is not None
-        else list(range(len(raw.class_names))),
+        class_ids=list(range(len(raw.class_names)) if cfg.classes is None else cfg.classes),
         recordings=[f"{r.subject}/{r.session}" for r in proc.recordings],
         num_windows=len(windows),
     )
@@ -235,7 +233,7 @@ def _check_rates(raw: RawDataset, cfg: DatasetConfig) -> None:
     """ConfigError when the recordings come at several rates and ``dataset.rate_hz`` is unset
     (HHAR: one rate per phone model), since windows would then cover different durations."""
     rates = sorted({r.rate_hz for r in raw.recordings})
-    if cfg.rate_hz is None and len(rates) > 1 and not getattr(cfg, "sources", None):
+    if cfg.rate_hz is None and len(rates) > 1 and not cfg.sources:
         raise ConfigError(
             f"dataset '{raw.name}' has recordings at {', '.join(f'{r:g}' for r in rates)} Hz: set "
             f"dataset.rate_hz (e.g. {rates[0]:g}) so that every window covers the same time"
@@ -248,7 +246,7 @@ def _names(items: Sequence[str], limit: int = 10) -> str:
     return head + (f" (and {len(items) - limit} more)" if len(items) > limit else "")
 
 
-def _warn_damage(proc: RawDataset, windows: object, cfg: DatasetConfig) -> None:
+def _warn_damage(proc: RawDataset, windows: Windows, cfg: DatasetConfig) -> None:
     """Warnings (``fedwear`` logger) naming the recordings too short for one window and, under
     the natural partition, the clients missing classes that other clients have. Nothing changes."""
     short = short_recordings(proc.recordings, cfg.window)
@@ -257,12 +255,12 @@ def _warn_damage(proc: RawDataset, windows: object, cfg: DatasetConfig) -> None:
             "%s: %d recording(s) shorter than one window of %d samples give no window: %s",
             proc.name, len(short), cfg.window, _names(short),
         )
-    if cfg.partition != "natural" or not len(windows.y):  # type: ignore[attr-defined]
+    y = windows.y
+    if cfg.partition != "natural" or not len(y):
         return
-    y = windows.y  # type: ignore[attr-defined]
     every = set(np.unique(y).tolist())
     lacking = []
-    for cid, idx in natural(windows, proc.recordings, cfg.client_by):  # type: ignore[arg-type]
+    for cid, idx in natural(windows, proc.recordings, cfg.client_by):
         gone = sorted(every - set(np.unique(y[idx]).tolist()))
         if gone and len(idx):
             lacking.append(f"{cid} ({', '.join(proc.class_names[k] for k in gone)})")

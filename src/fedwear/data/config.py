@@ -314,15 +314,11 @@ class DatasetConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _held_out_per_draws(self) -> DatasetConfig:
+    def _held_out_per_and_sources(self) -> DatasetConfig:
+        """``held_out_per`` draws a number of clients; ``sources`` is read by ``merged`` only."""
         if self.held_out_per is not None and not isinstance(self.held_out, int):
             raise ValueError("dataset.held_out_per draws a number of clients per group: set held_out to a "
                              "number, or held_out_per: null to list client ids")
-        return self
-
-    @model_validator(mode="after")
-    def _sources_need_merged(self) -> DatasetConfig:
-        """``sources`` is read by the merged dataset only."""
         if self.sources and self.name != "merged":
             raise ValueError(
                 f"dataset.sources is read only by dataset.name=merged (got {self.name!r}): set "

@@ -64,17 +64,6 @@ from fedwear.data.preprocess import (
 from fedwear.data.types import UNLABELLED, RawDataset, Recording
 from fedwear.errors import ConfigError, DataError
 
-__all__ = [
-    "DISTRACTED_DRIVES",
-    "DISTRACTED_RATE_HZ",
-    "PPG_DALIA_RATE_HZ",
-    "HRSeries",
-    "as_raw",
-    "read_distracted_driving",
-    "read_ppg_dalia",
-    "read_stress_predict",
-]
-
 #: One ground-truth HR value per 2 s (README section 3).
 PPG_DALIA_RATE_HZ = 0.5
 #: One row per second (README section 4).
@@ -138,21 +127,18 @@ def matching(folder: Path, pattern: re.Pattern[str]) -> dict[str, Path]:
 def _parse_numbers(lines: list[str], path: Path, first_line: int) -> np.ndarray:
     """float64 values of ``lines`` (line numbers in messages start at ``first_line``); blank
     lines are skipped; a line that is not a number raises a DataError naming it."""
-    values = np.empty(len(lines), np.float64)
-    n = 0
+    values = []
     for i, line in enumerate(lines):
-        text = line.strip()
-        if not text:
+        if not (text := line.strip()):
             continue
         try:
-            values[n] = float(text)
+            values.append(float(text))
         except ValueError:
             raise DataError(
                 f"{path}, line {first_line + i}: {text[:40]!r} is not a number: the file must "
                 "hold one heart-rate value per line (no header); fix or remove that line"
             ) from None
-        n += 1
-    return values[:n]
+    return np.array(values, np.float64)
 
 
 def _text_lines(path: Path) -> list[str]:

@@ -72,10 +72,10 @@ def _where(i: int, src: SourceConfig) -> str:
 def loader(i: int, src: SourceConfig) -> ModuleType:
     """The loader module of source ``i``; ConfigError naming the mergeable ones otherwise."""
     mod = LOADERS.get(src.name)
-    if mod is None or getattr(mod, "KIND", "classification") != "classification":
+    if mod is None:
         raise ConfigError(
             f"dataset.sources[{i}].name: {src.name!r} cannot be merged; mergeable datasets: "
-            f"{', '.join(n for n, m in LOADERS.items() if getattr(m, 'KIND', 'classification') == 'classification')}"
+            f"{', '.join(LOADERS)}"
         )
     return mod
 

@@ -94,15 +94,13 @@ class Schema(BaseModel):
         "'subject' (required), 'session' (optional), any other named group becomes metadata",
     )
 
-    @field_validator("classes", "unlabelled", mode="before")
+    @field_validator("classes", "unlabelled", "file_labels", mode="before")
     @classmethod
     def _as_text(cls, v: object) -> object:
+        """Labels as text, however YAML typed them (``1`` and ``"1"`` are one label)."""
+        if isinstance(v, dict):
+            return {str(k): str(x) for k, x in v.items()}
         return [str(x) for x in v] if isinstance(v, list) else v
-
-    @field_validator("file_labels", mode="before")
-    @classmethod
-    def _labels_as_text(cls, v: object) -> object:
-        return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     @model_validator(mode="after")
     def _one_label_source(self) -> Schema:
@@ -144,10 +142,7 @@ def read_schema(path: Path) -> Schema:
 
 
 def _stem(name: str) -> str:
-    for suffix in SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    return next((name[: -len(s)] for s in SUFFIXES if name.endswith(s)), name)
 
 
 def data_files(root: Path, schema: Schema | None = None) -> list[Path]:
@@ -160,8 +155,7 @@ def data_files(root: Path, schema: Schema | None = None) -> list[Path]:
 def files_for(cfg: DatasetConfig, root: Path) -> list[Path]:
     """Every file :func:`load` reads: the data files and the schema (for the cache key)."""
     path = schema_path(cfg, root)
-    schema = read_schema(path)
-    return [*data_files(root, schema), path]
+    return [*data_files(root, read_schema(path)), path]
 
 
 def _unreadable(path: Path, kind: str, exc: BaseException) -> DataError:
@@ -314,11 +308,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
     clash = [k for k in meta_keys if k in RESERVED_KEYS]
     if clash:
         raise ConfigError(f"{path}: subject_pattern group {clash[0]!r} is reserved")
-    cols = list(schema.channels)
-    if schema.label_column:
-        cols.append(schema.label_column)
-    if schema.timestamp_column:
-        cols.append(schema.timestamp_column)
+    cols = [*schema.channels, *(c for c in (schema.label_column, schema.timestamp_column) if c)]
     parsed = []
     for f in files:
         m = pattern.fullmatch(_stem(f.name))

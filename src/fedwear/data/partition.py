@@ -71,16 +71,22 @@ def check_keys(recordings: list[Recording], keys: Sequence[str], setting: str) -
             )
 
 
-def record_values(recordings: list[Recording], keys: Sequence[str]) -> list[tuple[str | None, ...]]:
-    """Per recording, its values of ``keys`` (None where it lacks one)."""
-    return [tuple(key_value(r, k) for k in keys) for r in recordings]
-
-
 def _order(value: str | None) -> tuple[int, bool, int, str]:
     """Sort key of one value: absent first, then numbers numerically, then text."""
     if value is None:
         return (0, False, 0, "")
     return (1, not value.isdigit(), int(value) if value.isdigit() else 0, value)
+
+
+def combinations(
+    recordings: list[Recording], keys: Sequence[str]
+) -> tuple[list[tuple[str | None, ...]], np.ndarray]:
+    """The distinct combinations of the recordings' values of ``keys`` (None where one lacks a
+    key), ordered by the values (:func:`_order`), and each recording's index into them."""
+    vals = [tuple(key_value(r, k) for k in keys) for r in recordings]
+    combos = sorted(set(vals), key=lambda t: tuple(_order(v) for v in t))
+    index = {t: k for k, t in enumerate(combos)}
+    return combos, np.array([index[t] for t in vals], np.int64)
 
 
 def source_subject(source: str, subject: str) -> str:
@@ -120,27 +126,22 @@ def natural(w: Windows, recordings: list[Recording], by: Sequence[str] = ("subje
     ordered by the values (numbers numerically). With ``by = [subject]``, one client per subject
     (``s01``); with ``[subject, device]``, one per (subject, device) (``s01-nexus4``)."""
     check_keys(recordings, by, "dataset.client_by")
-    vals = record_values(recordings, by)
-    combos = sorted(set(vals), key=lambda t: tuple(_order(v) for v in t))
+    combos, group_of = combinations(recordings, by)
     sources = {r.meta["source"] for r in recordings if "source" in r.meta}
     names = [_name(t, by, sources) for t in combos]
-    for t, n in zip(combos, names, strict=True):
-        if not n:
-            i = vals.index(t)
-            raise DataError(
-                f"recording {recordings[i].session} of subject {recordings[i].subject} carries "
-                f"none of dataset.client_by={list(by)}: add 'subject' to dataset.client_by"
-            )
+    if "" in names:
+        r = recordings[int(np.flatnonzero(group_of == names.index(""))[0])]
+        raise DataError(
+            f"recording {r.session} of subject {r.subject} carries "
+            f"none of dataset.client_by={list(by)}: add 'subject' to dataset.client_by"
+        )
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise DataError(
             f"dataset.client_by={list(by)} gives two clients the id {dup!r} (values containing "
             "'-' or a value missing from some recordings): choose other dataset.client_by keys"
         )
-    rec_of = np.empty(len(recordings), np.int64)
-    index = {t: k for k, t in enumerate(combos)}
-    rec_of[:] = [index[t] for t in vals]
-    owner = rec_of[w.recording] if len(recordings) else np.zeros(0, np.int64)
+    owner = group_of[w.recording] if len(recordings) else np.zeros(0, np.int64)
     return [(n, np.flatnonzero(owner == k)) for k, n in enumerate(names)]
 
 
@@ -267,21 +268,18 @@ def _normalise(
     mode, leaky = cfg.normalize, cfg.normalize_from == "all_leaky"
     if mode == "none":
         return {"mode": mode}
-
-    def apply(c: ClientData, mean: np.ndarray, std: np.ndarray) -> None:
-        c.train, c.val, c.test = (apply_stats(s, mean, std) for s in (c.train, c.val, c.test))
-
     if mode == "group":
         return _normalise_groups(clients, new, cfg, recordings)
+    pooled = None  # global: one mean/std from every training client (all_leaky: every client)
     if mode == "global":
         pool = clients + new if leaky else clients
-        mean, std = channel_stats([s.x for c in pool for s in _splits(c, leaky)])
-        for c in clients + new:
-            apply(c, mean, std)
-        return {"mode": mode, "mean": mean.tolist(), "std": std.tolist()}
+        pooled = channel_stats([s.x for c in pool for s in _splits(c, leaky)])
     for c in clients + new:
-        apply(c, *channel_stats([s.x for s in _splits(c, leaky)]))
-    return {"mode": mode}
+        mean, std = pooled or channel_stats([s.x for s in _splits(c, leaky)])
+        c.train, c.val, c.test = (apply_stats(s, mean, std) for s in (c.train, c.val, c.test))
+    if pooled is None:
+        return {"mode": mode}
+    return {"mode": mode, "mean": pooled[0].tolist(), "std": pooled[1].tolist()}
 
 
 def _normalise_groups(
@@ -295,10 +293,7 @@ def _normalise_groups(
     keys = cfg.normalize_group
     check_keys(recordings, keys, "dataset.normalize_group")
     leaky = cfg.normalize_from == "all_leaky"
-    vals = record_values(recordings, keys)
-    combos = sorted(set(vals), key=lambda t: tuple(_order(v) for v in t))
-    index = {t: k for k, t in enumerate(combos)}
-    group_of = np.array([index[t] for t in vals], np.int64)  # recording -> group
+    combos, group_of = combinations(recordings, keys)  # group_of: recording -> group
     channels = recordings[0].channels
     pool = [s for c in (clients + new if leaky else clients) for s in _splits(c, leaky)]
     means, stds, found = {}, {}, {}

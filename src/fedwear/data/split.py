@@ -64,9 +64,7 @@ def _ordered(w: Windows, idx: np.ndarray) -> np.ndarray:
 
 def _time_cut(w: Windows, idx: np.ndarray, frac: float, window: int) -> tuple[np.ndarray, ...]:
     """Time-ordered cut of one class: ``(first, rest)`` with a one-window gap between them."""
-    idx = _ordered(w, idx)
-    n_rest = min(int(round(len(idx) * frac)), len(idx) - 1) if len(idx) else 0
-    first, rest = idx[: len(idx) - n_rest], idx[len(idx) - n_rest :]
+    first, rest = _tail_cut(w, _ordered(w, idx), frac)
     if len(first) and len(rest):
         last = first[-1]
         limit = w.start[last] + 2 * window  # end of last train window + one window
@@ -79,14 +77,10 @@ def _by_class(
     w: Windows, idx: np.ndarray, cut: Callable[..., tuple[np.ndarray, ...]], *args: object
 ) -> tuple[np.ndarray, np.ndarray]:
     """Apply ``cut(w, class_idx, *args) -> (first, rest)`` to each class and concatenate."""
-    firsts, rests = [], []
-    for c in np.unique(w.y[idx]):
-        f, r = cut(w, idx[w.y[idx] == c], *args)
-        firsts.append(f)
-        rests.append(r)
-    if not firsts:
+    parts = [cut(w, idx[w.y[idx] == c], *args) for c in np.unique(w.y[idx])]
+    if not parts:
         return idx[:0], idx[:0]
-    return np.concatenate(firsts), np.concatenate(rests)
+    return np.concatenate([f for f, _ in parts]), np.concatenate([r for _, r in parts])
 
 
 def _random_cut(

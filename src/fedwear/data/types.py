@@ -45,11 +45,7 @@ RESERVED_KEYS = ("subject", "session")
 def key_value(rec: Recording, key: str) -> str | None:
     """The value of ``key`` for ``rec``: its subject or session, else ``rec.meta[key]``; None
     when the recording does not carry that key."""
-    if key == "subject":
-        return rec.subject
-    if key == "session":
-        return rec.session
-    return rec.meta.get(key)
+    return getattr(rec, key) if key in RESERVED_KEYS else rec.meta.get(key)
 
 
 def recording_keys(recordings: list[Recording]) -> list[str]:

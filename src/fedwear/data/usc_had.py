@@ -53,13 +53,8 @@ def _parse(path: Path) -> tuple[int, int, int]:
 
 def data_files(root: Path) -> list[Path]:
     """All ``Subject*/a*t*.mat[.gz]`` files, sorted by subject, activity, trial (numerically)."""
-    files = [
-        p
-        for d in root.iterdir()
-        if d.is_dir() and _SUBJECT.match(d.name)
-        for p in d.iterdir()
-        if _FILE.match(p.name) and p.is_file()
-    ]
+    subjects = [d for d in root.iterdir() if d.is_dir() and _SUBJECT.match(d.name)]
+    files = [p for d in subjects for p in d.iterdir() if _FILE.match(p.name) and p.is_file()]
     return sorted(prefer_plain(files), key=_parse)
 
 
