@@ -249,11 +249,6 @@ def default_root(name: str) -> Path:
 # --------------------------------------------------------------------------- manifests
 
 
-def logical_name(rel: str) -> str:
-    """The name a file stands for: ``X`` for ``X.gz``, else the name itself."""
-    return rel[:-3] if rel.endswith(".gz") else rel
-
-
 def file_sha256(path: Path) -> str:
     """Hex SHA-256 of the file's content, of the decompressed content for ``*.gz``."""
     h = hashlib.sha256()
@@ -265,13 +260,9 @@ def file_sha256(path: Path) -> str:
 
 def parse_manifest(text: str) -> dict[str, str]:
     """``path -> sha256`` from ``sha256sum`` lines (``HASH  path``); ``#`` lines are comments."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        digest, rel = line.split(None, 1)
-        out[rel.strip().removeprefix("*")] = digest.lower()
-    return out
+    lines = [ln.strip() for ln in text.splitlines()]
+    rows = [ln.split(None, 1) for ln in lines if ln and not ln.startswith("#")]
+    return {rel.strip().removeprefix("*"): digest.lower() for digest, rel in rows}
 
 
 def read_manifest(name: str) -> dict[str, str]:
@@ -283,11 +274,12 @@ def read_manifest(name: str) -> dict[str, str]:
 
 
 def scan(root: Path) -> dict[str, list[Path]]:
-    """Every file under ``root`` grouped by :func:`logical_name` of its relative POSIX path."""
+    """Every file under ``root`` grouped by the name it stands for: its relative POSIX path,
+    without ``.gz`` (``X`` and ``X.gz`` are one file)."""
     files: dict[str, list[Path]] = {}
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            files.setdefault(logical_name(p.relative_to(root).as_posix()), []).append(p)
+            files.setdefault(p.relative_to(root).as_posix().removesuffix(".gz"), []).append(p)
     return files
 
 
@@ -298,12 +290,11 @@ def _in_layout(src: Source, key: str) -> bool:
 def build_manifest(src: Source, root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root`` that the layout of ``src`` covers (decompressed for
     ``.gz``), keyed by the name without ``.gz``; DataError if the layout is incomplete."""
-    files = {k: v for k, v in scan(root).items() if _in_layout(src, k)}
-    for e in src.layout:
-        n = sum(fnmatch.fnmatchcase(k, e.pattern) for k in files)
+    for e, n in count_layout(src, root):
         if n != e.count:
             raise DataError(f"{root}: {n} files match {e.pattern}, expected {e.count}")
-    return {k: file_sha256(paths[0]) for k, paths in sorted(files.items())}
+    files = sorted(scan(root).items())
+    return {k: file_sha256(paths[0]) for k, paths in files if _in_layout(src, k)}
 
 
 def format_manifest(src: Source, hashes: dict[str, str]) -> str:
@@ -443,26 +434,19 @@ def fetch(url: str, dest: Path, label: str, quiet: bool = False) -> tuple[str, i
 
     Network and HTTP failures raise :class:`OSError`-family or ``http.client`` errors; a failed
     write into ``dest`` (a full disk) raises :class:`NoRoom`, so it is not taken for the network."""
+    from rich import progress as rp
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
 
     from fedwear.version import __version__
 
     req = urllib.request.Request(url, headers={"User-Agent": f"fedwear/{__version__}"})
     h, n = hashlib.sha256(), 0
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-               TransferSpeedColumn(), TimeRemainingColumn())  # fmt: skip
+    columns = (rp.TextColumn("{task.description}"), rp.BarColumn(), rp.DownloadColumn(),
+               rp.TransferSpeedColumn(), rp.TimeRemainingColumn())  # fmt: skip
     with (
         urllib.request.urlopen(req, timeout=TIMEOUT) as resp,
         dest.open("wb", buffering=0) as out,  # unbuffered: a full disk fails in write, below
-        Progress(*columns, console=Console(stderr=True), disable=quiet) as bar,
+        rp.Progress(*columns, console=Console(stderr=True), disable=quiet) as bar,
     ):
         length = resp.headers.get("Content-Length")
         task = bar.add_task(label, total=int(length) if length and length.isdigit() else None)
@@ -553,9 +537,7 @@ def unzip(archive: Path, dest: Path, budget: Budget) -> None:
 
 def holds(d: Path, marker: str) -> bool:
     """Whether folder ``d`` holds ``marker`` (or ``marker.gz``); the marker may be a glob."""
-    if any(c in marker for c in "*?["):
-        return any(p.is_file() for m in (marker, f"{marker}.gz") for p in d.glob(m))
-    return (d / marker).is_file() or (d / f"{marker}.gz").is_file()
+    return any(p.is_file() for m in (marker, f"{marker}.gz") for p in d.glob(m))
 
 
 def locate(src: Source, folder: Path, budget: Budget, depth: int = 2) -> Path | None:

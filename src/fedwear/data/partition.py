@@ -110,8 +110,7 @@ def _name(
     A subject already tagged with its source (a merged dataset's ``usc_had-s01``, one of
     ``sources``) is kept as it is, and a ``source`` value it already carries is not repeated,
     so ``client_by: [subject]`` and ``[source, subject]`` both give ``usc_had-s01``."""
-    have = dict(zip(keys, values, strict=True))
-    subject = have.get("subject")
+    subject = dict(zip(keys, values, strict=True)).get("subject")
     tag = source_of(subject, sources) if subject is not None and sources else None
     parts = []
     for k, v in zip(keys, values, strict=True):
