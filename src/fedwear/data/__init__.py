@@ -192,12 +192,11 @@ def _kept_warnings() -> Iterator[list[str]]:
             warned.append(record.getMessage())
 
     handler = Keep(logging.WARNING)
-    logger = logging.getLogger("fedwear")
-    logger.addHandler(handler)
+    log.addHandler(handler)
     try:
         yield warned
     finally:
-        logger.removeHandler(handler)
+        log.removeHandler(handler)
 
 
 def _build(cfg: DatasetConfig, seed: int) -> FederatedData:

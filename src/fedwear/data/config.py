@@ -346,10 +346,7 @@ class DatasetConfig(Strict):
         """Leave the loader keys (``QUIET_DEFAULTS``) out of a dump while they hold their
         default, so cache keys and resolved configs of existing runs stay as they were."""
         out = handler(self)
-        for key, default in QUIET_DEFAULTS.items():
-            if key in out and out[key] == default:
-                del out[key]
-        return out
+        return {k: v for k, v in out.items() if k not in QUIET_DEFAULTS or v != QUIET_DEFAULTS[k]}
 
     @field_validator("client_by", "normalize_group")
     @classmethod

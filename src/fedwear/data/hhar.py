@@ -112,9 +112,6 @@ def read_csv(path: Path) -> pd.DataFrame:
     return table
 
 
-# --------------------------------------------------------------------------- time alignment
-
-
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """``[start, end)`` of every run of True in ``mask``."""
     edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
@@ -166,9 +163,6 @@ def aligned(
         sig = np.ascontiguousarray(np.concatenate([a[s:e], g[s:e]], axis=1), dtype=np.float32)
         out.append((sig, labels[s:e].astype(np.int64)))
     return out
-
-
-# --------------------------------------------------------------------------- loading
 
 
 def _labels(gt: pd.Series) -> np.ndarray:

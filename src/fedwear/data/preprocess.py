@@ -22,9 +22,6 @@ from fedwear.data.config import DatasetConfig
 from fedwear.data.types import UNLABELLED, RawDataset, Recording, Windows
 from fedwear.errors import ConfigError, DataError
 
-# --------------------------------------------------------------------------- file helpers
-
-
 #: Names of the datasets whose bundled subset was already announced (once per process).
 _ANNOUNCED: set[str] = set()
 
@@ -135,9 +132,6 @@ def check_finite(signal: np.ndarray, where: str) -> None:
         )
 
 
-# --------------------------------------------------------------------------- selection
-
-
 def select(raw: RawDataset, cfg: DatasetConfig) -> RawDataset:
     """Keep ``dataset.channels`` and ``dataset.classes`` (classes are re-indexed 0..k-1 in the
     given order; other labels become UNLABELLED). Also checks every signal is finite."""
@@ -177,9 +171,6 @@ def select(raw: RawDataset, cfg: DatasetConfig) -> RawDataset:
     return RawDataset(raw.name, recs, class_names)
 
 
-# --------------------------------------------------------------------------- resampling
-
-
 def rate_ratio(native: float, target: float, max_den: int = 1000) -> tuple[int, int]:
     """``(up, down)``: a rational approximation of ``target / native``."""
     frac = Fraction(target / native).limit_denominator(max_den)
@@ -202,9 +193,6 @@ def resample(rec: Recording, target: float) -> Recording:
     return Recording(
         rec.subject, rec.session, sig, labels, rec.channels, rec.rate_hz * up / down, dict(rec.meta)
     )
-
-
-# --------------------------------------------------------------------------- windowing
 
 
 def window_starts(labels: np.ndarray, window: int, stride: int, tail: bool = False) -> np.ndarray:
@@ -279,9 +267,6 @@ def preprocess(raw: RawDataset, cfg: DatasetConfig) -> tuple[RawDataset, Windows
             "(after dataset.classes): lower dataset.window or keep more classes"
         )
     return raw, wins, rate
-
-
-# --------------------------------------------------------------------------- normalisation
 
 
 def channel_stats(xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -103,26 +103,19 @@ def _random_cut(
     return np.asarray(a), np.asarray(b)
 
 
-def _fewshot(
-    w: Windows, idx: np.ndarray, cfg: DatasetConfig, rng: np.random.Generator
+def _fewshot_cut(
+    w: Windows, cls: np.ndarray, cfg: DatasetConfig, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """ProtoHAR's per-class few-shot train/test selection (``DataSplitting.py``)."""
+    """ProtoHAR's few-shot train/test selection of one class (``DataSplitting.py``)."""
     p_tr, p_te = 1.0 - cfg.test_fraction, cfg.test_fraction
-    trains, tests = [], []
-    for c in np.unique(w.y[idx]):
-        cls = idx[w.y[idx] == c]
-        tr = min(int(p_tr * len(cls)), cfg.shots)
-        if tr == cfg.shots:
-            tr = int(rng.integers(max(1, cfg.shots - 2), cfg.shots + 2))
-        if tr == 0:
-            continue
-        te = max(int(tr * p_te / p_tr), 1)
-        perm = rng.permutation(cls)
-        trains.append(perm[:tr])
-        tests.append(perm[tr : tr + te])
-    if not trains:
-        return idx[:0], idx[:0]
-    return np.concatenate(trains), np.concatenate(tests)
+    tr = min(int(p_tr * len(cls)), cfg.shots)
+    if tr == cfg.shots:
+        tr = int(rng.integers(max(1, cfg.shots - 2), cfg.shots + 2))
+    if tr == 0:
+        return cls[:0], cls[:0]
+    te = max(int(tr * p_te / p_tr), 1)
+    perm = rng.permutation(cls)
+    return perm[:tr], perm[tr : tr + te]
 
 
 def n_test_folds(folds: int, test_fraction: float) -> int:
@@ -179,7 +172,7 @@ def split_indices(
         side, test = kfold_cut(w.y, cfg.folds, cfg.test_fraction)
         train, val = _by_class(w, side, _tail_cut, cfg.val_fraction)
     else:
-        side, test = _fewshot(w, idx, cfg, rng)
+        side, test = _by_class(w, idx, _fewshot_cut, cfg, rng)
         train, val = _by_class(w, side, _tail_cut, cfg.val_fraction)
     n_before = len(val) + len(test)
     if cfg.purge:
