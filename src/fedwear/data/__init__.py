@@ -46,7 +46,6 @@ from fedwear.data.preprocess import (
     require_root,
     resample,
     select,
-    short_recordings,
 )
 from fedwear.data.types import UNLABELLED, ClientData, FederatedData, RawDataset, Windows
 from fedwear.errors import ConfigError, DataError
@@ -248,7 +247,11 @@ def _names(items: Sequence[str], limit: int = 10) -> str:
 def _warn_damage(proc: RawDataset, windows: Windows, cfg: DatasetConfig) -> None:
     """Warnings (``fedwear`` logger) naming the recordings too short for one window and, under
     the natural partition, the clients missing classes that other clients have. Nothing changes."""
-    short = short_recordings(proc.recordings, cfg.window)
+    short = [
+        f"subject {r.subject} {r.session} ({len(r.labels)} samples)"
+        for r in proc.recordings
+        if len(r.labels) < cfg.window
+    ]
     if short:
         log.warning(
             "%s: %d recording(s) shorter than one window of %d samples give no window: %s",

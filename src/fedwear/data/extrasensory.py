@@ -59,7 +59,6 @@ LABELS = ["LYING_DOWN", "SITTING", "OR_standing", "FIX_walking", "FIX_running", 
 CLASS_NAMES = ["lying down", "sitting", "standing", "walking", "running", "bicycling"]
 CARD = {
     "subjects": 60,
-    "classes": CLASS_NAMES,
     "rates": "~20 s bursts once a minute, nominally 40 Hz",
     "sensors": "phone accelerometer (raw_acc) and gyroscope (proc_gyro); labels self-reported",
     "files": "{UUID}.features_labels.csv.gz, raw_acc/{UUID}/{ts}.m_raw_acc.dat, "
@@ -80,9 +79,7 @@ def label_files(root: Path) -> dict[str, Path]:
              if p.is_file() and _LABELS_FILE.match(p.name)]  # fmt: skip
     out: dict[str, Path] = {}
     for p in prefer_plain(found):
-        m = _LABELS_FILE.match(p.name)
-        assert m
-        out.setdefault(m.group(1), p)
+        out.setdefault(_LABELS_FILE.match(p.name).group(1), p)  # type: ignore[union-attr]
     return dict(sorted(out.items()))
 
 

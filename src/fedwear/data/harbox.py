@@ -49,7 +49,6 @@ CHANNELS = [f"{s}_{a}" for s in ("acc", "gyro", "mag") for a in "xyz"]
 CLASS_NAMES = ["Call", "Hop", "typing", "Walk", "Wave"]
 CARD = {
     "subjects": 121,
-    "classes": CLASS_NAMES,
     "rates": "50 Hz (resampled by the authors), samples of 2 s = 100 time steps",
     "sensors": "9-axis IMU of 77 Android phone models (axis order and units not documented)",
     "files": "large_scale_HARBox/{user}/{Call,Hop,typing,Walk,Wave}_train.txt",

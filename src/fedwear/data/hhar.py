@@ -69,7 +69,6 @@ FILES = ("Phones_accelerometer.csv", "Phones_gyroscope.csv")
 FOLDER = "Activity recognition exp"  # the archive's folder, read when root is its parent
 CARD = {
     "subjects": 9,
-    "classes": CLASS_NAMES,
     "rates": "device maxima: nexus4 ~200 Hz, s3 ~150, s3mini ~100, samsungold ~50 (per-sample timestamps)",
     "sensors": "phone accelerometer (m/s²) and gyroscope (rad/s) of 8 phones (4 models x 2); "
     "the watch files are not read",

@@ -195,9 +195,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
         if not raw.recordings:
             raise DataError(f"{_where(i, src)} has no recordings: check its root")
         mapping = class_map(i, src, raw.class_names)
-        for name in mapping.values():
-            if name not in classes:
-                classes.append(name)
+        classes += [n for n in dict.fromkeys(mapping.values()) if n not in classes]
         lut = np.full(len(raw.class_names) + 1, UNLABELLED, np.int64)  # last slot: UNLABELLED
         for k, name in mapping.items():
             lut[k] = classes.index(name)

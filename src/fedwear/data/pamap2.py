@@ -81,7 +81,6 @@ NUM_COLUMNS = 54
 _USECOLS = [2] + [3 + 17 * k + j for k in range(3) for j in range(13)]
 CARD = {
     "subjects": 9,
-    "classes": CLASS_NAMES,
     "rates": "IMUs 100 Hz (the rows), heart rate ~9 Hz (NaN between its readings)",
     "sensors": "3 Colibri IMUs (hand, chest, ankle): acc ±16 g and ±6 g (m/s²), gyro (rad/s), "
     "magnetometer (µT), temperature (°C); heart-rate monitor (bpm)",

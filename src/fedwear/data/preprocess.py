@@ -171,17 +171,13 @@ def select(raw: RawDataset, cfg: DatasetConfig) -> RawDataset:
     return RawDataset(raw.name, recs, class_names)
 
 
-def rate_ratio(native: float, target: float, max_den: int = 1000) -> tuple[int, int]:
-    """``(up, down)``: a rational approximation of ``target / native``."""
-    frac = Fraction(target / native).limit_denominator(max_den)
-    if frac.numerator == 0:
-        raise ConfigError(f"dataset.rate_hz={target} is too low for native rate {native} Hz")
-    return frac.numerator, frac.denominator
-
-
 def resample(rec: Recording, target: float) -> Recording:
-    """Anti-aliased polyphase resampling of the signal; labels follow the nearest sample."""
-    up, down = rate_ratio(rec.rate_hz, target)
+    """Anti-aliased polyphase resampling of the signal by ``up / down``, a rational approximation
+    of ``target / native``; labels follow the nearest sample."""
+    ratio = Fraction(target / rec.rate_hz).limit_denominator(1000)
+    if ratio.numerator == 0:
+        raise ConfigError(f"dataset.rate_hz={target} is too low for native rate {rec.rate_hz} Hz")
+    up, down = ratio.numerator, ratio.denominator
     if up == down:
         return rec
     from scipy.signal import resample_poly  # imported here: it slows every start-up
@@ -217,16 +213,6 @@ def window_starts(labels: np.ndarray, window: int, stride: int, tail: bool = Fal
             starts = np.append(starts, e - window)
         out.append(starts)
     return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
-
-
-def short_recordings(recordings: list[Recording], window: int) -> list[str]:
-    """``subject/session (N samples)`` of every recording shorter than ``window`` samples: it
-    gives no window (the data layer warns about them by name; nothing is dropped here)."""
-    return [
-        f"subject {r.subject} {r.session} ({len(r.labels)} samples)"
-        for r in recordings
-        if len(r.labels) < window
-    ]
 
 
 def make_windows(recordings: list[Recording], window: int, stride: int, tail: bool = False) -> Windows:

@@ -62,7 +62,6 @@ POSITIONS = ["chest", "forearm", "head", "shin", "thigh", "upperarm", "waist"]
 FAITHFUL_WINDOW, FAITHFUL_STEP, FAITHFUL_SLACK = 128, 64, 100
 CARD = {
     "subjects": 15,
-    "classes": CLASS_NAMES,
     "rates": "50 Hz (per-sample timestamps in ms)",
     "sensors": "accelerometer and gyroscope of phones at chest, head, shin, thigh, upper arm, "
     "waist and a smartwatch at the forearm (also GPS, light, magnetometer, sound: not read)",

@@ -49,7 +49,6 @@ CLASS_NAMES = [
 ]  # fmt: skip
 CARD = {
     "subjects": 30,
-    "classes": CLASS_NAMES,
     "rates": "50 Hz; shipped as 151-sample windows (3.02 s) centred on acceleration peaks",
     "sensors": "Samsung Galaxy Nexus accelerometer (m/s²), trouser pocket",
     "files": "data/acc_data.mat (11771 x 453), data/acc_labels.mat (11771 x 3), data/acc_names.mat",

@@ -51,7 +51,6 @@ MAX_BAD_FRACTION = 0.01
 FILE = "WISDM_ar_v1.1_raw.txt"
 CARD = {
     "subjects": 36,
-    "classes": CLASS_NAMES,
     "rates": "20 Hz (timestamps: phone uptime in ns)",
     "sensors": "Android phone accelerometer, front trouser pocket (10 = 1 g)",
     "files": "WISDM_ar_v1.1/WISDM_ar_v1.1_raw.txt (user,activity,timestamp,x,y,z;)",
