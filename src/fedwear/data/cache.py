@@ -44,11 +44,15 @@ def _listing(files: list[Path], root: Path | None) -> list[list[object]]:
 
 def cache_key(cfg: DatasetConfig, seed: int, files: list[Path], root: Path | None) -> str:
     """Hex sha256 identifying the processed result of ``cfg`` on ``files`` with ``seed``."""
+    tree = cfg.model_dump(mode="json")
+    for k in ADDED_KEYS:  # left out at their default (a key may already be: QUIET_DEFAULTS)
+        if k in tree and tree[k] == DatasetConfig.model_fields[k].get_default(call_default_factory=True):
+            del tree[k]
     payload: dict[str, object] = {
         "version": CACHE_VERSION,
         "name": cfg.name,
         "files": _listing(files, root),
-        "config": _config(cfg),
+        "config": tree,
         "seed": seed,
     }
     if cfg.sources:
@@ -56,15 +60,6 @@ def cache_key(cfg: DatasetConfig, seed: int, files: list[Path], root: Path | Non
             [tag, _listing(found, src_root)] for tag, src_root, found in merged.source_files(cfg)
         ]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def _config(cfg: DatasetConfig) -> dict[str, object]:
-    """``cfg`` as JSON data without the :data:`ADDED_KEYS` that hold their default."""
-    tree = cfg.model_dump(mode="json")
-    for k in ADDED_KEYS:  # (a key may already be left out of the dump: QUIET_DEFAULTS)
-        if k in tree and tree[k] == DatasetConfig.model_fields[k].get_default(call_default_factory=True):
-            del tree[k]
-    return tree
 
 
 def cache_dir(setting: str | None) -> Path | None:

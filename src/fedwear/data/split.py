@@ -58,13 +58,9 @@ def purge(w: Windows, keep: np.ndarray, other: np.ndarray, window: int) -> np.nd
     return other[~hit]
 
 
-def _ordered(w: Windows, idx: np.ndarray) -> np.ndarray:
-    return idx[np.lexsort((w.start[idx], w.recording[idx]))]
-
-
 def _time_cut(w: Windows, idx: np.ndarray, frac: float, window: int) -> tuple[np.ndarray, ...]:
     """Time-ordered cut of one class: ``(first, rest)`` with a one-window gap between them."""
-    first, rest = _tail_cut(w, _ordered(w, idx), frac)
+    first, rest = _tail_cut(w, idx[np.lexsort((w.start[idx], w.recording[idx]))], frac)
     if len(first) and len(rest):
         last = first[-1]
         limit = w.start[last] + 2 * window  # end of last train window + one window
