@@ -40,13 +40,7 @@ from fedwear.data import (
 from fedwear.data.config import DatasetConfig
 from fedwear.data.forecast import forecast_clients
 from fedwear.data.partition import assemble, natural
-from fedwear.data.preprocess import (
-    bundled_root,
-    preprocess,
-    require_root,
-    resample,
-    select,
-)
+from fedwear.data.preprocess import bundled_root, preprocess, require_root, resample, select
 from fedwear.data.types import UNLABELLED, ClientData, FederatedData, RawDataset, Windows
 from fedwear.errors import ConfigError, DataError
 

@@ -53,14 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedwear.data.preprocess import (
-    check_finite,
-    find_file,
-    prefer_plain,
-    read_bytes,
-    read_failed,
-    read_stream,
-)
+from fedwear.data.preprocess import check_finite, prefer_plain, read_bytes, read_failed, read_stream
 from fedwear.data.types import UNLABELLED, RawDataset, Recording
 from fedwear.errors import ConfigError, DataError
 
@@ -194,8 +187,7 @@ def read_ppg_dalia(root: Path | str) -> list[HRSeries]:
     if csvs:
         return [HRSeries(s, read_ppg_csv(p), PPG_DALIA_RATE_HZ, source=p) for s, p in csvs.items()]
     folders = [d for d in root.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)]
-    found = {d.name: matching(d, PPG_PKL).get(d.name) for d in folders}
-    pkls = {s: p for s, p in found.items() if p is not None}
+    pkls = {d.name: p for d in folders if (p := matching(d, PPG_PKL).get(d.name)) is not None}
     if not pkls:
         raise DataError(
             f"no PPG-DaLiA HR files found under {root}: expected S1.csv..S15.csv (one HR value "
@@ -318,7 +310,7 @@ def read_stress_predict(root: Path | str) -> list[HRSeries]:
         )
     series = []
     for folder in sorted(folders, key=lambda d: natural_key(d.name)):
-        path = find_file("HR.csv", folder)
+        path = next((p for p in (folder / "HR.csv", folder / "HR.csv.gz") if p.is_file()), None)
         if path is None:
             log.warning("%s has no HR.csv (or HR.csv.gz); subject %s left out", folder, folder.name)
             continue

@@ -125,8 +125,7 @@ def on_grid(t: np.ndarray, values: np.ndarray, grid: np.ndarray, max_gap: float)
     inside = (right > 0) & (right < len(t))
     gap = np.where(inside, t[np.minimum(right, len(t) - 1)] - t[np.maximum(right - 1, 0)], np.inf)
     ok = exact | (inside & (gap <= max_gap))
-    out = np.stack([np.interp(grid, t, values[:, c]) for c in range(values.shape[1])], axis=1)
-    return out, ok
+    return np.stack([np.interp(grid, t, values[:, c]) for c in range(values.shape[1])], axis=1), ok
 
 
 def sorted_unique(t: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -227,7 +226,6 @@ def load(cfg: DatasetConfig) -> RawDataset:
         )
     acc, gyr = read_csv(acc_path), read_csv(gyro_path)
     recs = _faithful(acc, gyr, gyro_path) if cfg.faithful else _corrected(acc, gyr)
-    found = {r.subject for r in recs}
-    for user in sorted(set(acc["User"].unique()) - found):
+    for user in sorted(set(acc["User"].unique()) - {r.subject for r in recs}):
         log.warning("HHAR: user %s gives no recording (no acc and gyro rows to pair)", user)
     return RawDataset(NAME, recs, list(CLASS_NAMES))

@@ -228,8 +228,7 @@ def make_windows(recordings: list[Recording], window: int, stride: int, tail: bo
         rs.append(np.full(len(starts), i, np.int64))
         ss.append(starts)
     if not xs:
-        c = len(recordings[0].channels) if recordings else 0
-        return Windows.empty(window, c)
+        return Windows.empty(window, len(recordings[0].channels) if recordings else 0)
     return Windows(np.concatenate(xs), np.concatenate(ys), np.concatenate(rs), np.concatenate(ss))
 
 
@@ -245,8 +244,7 @@ def preprocess(raw: RawDataset, cfg: DatasetConfig) -> tuple[RawDataset, Windows
         recs = [resample(r, own.get(r.meta.get("source")) or cfg.rate_hz) for r in raw.recordings]
         raw = RawDataset(raw.name, recs, raw.class_names)
     rate = cfg.rate_hz if cfg.sources and cfg.rate_hz is not None else raw.recordings[0].rate_hz
-    stride = cfg.stride or cfg.window
-    wins = make_windows(raw.recordings, cfg.window, stride, cfg.tail_window)
+    wins = make_windows(raw.recordings, cfg.window, cfg.stride or cfg.window, cfg.tail_window)
     if not len(wins):
         raise DataError(
             f"dataset '{raw.name}' gives no windows of {cfg.window} samples at {rate:g} Hz "

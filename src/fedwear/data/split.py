@@ -64,8 +64,7 @@ def _time_cut(w: Windows, idx: np.ndarray, frac: float, window: int) -> tuple[np
     if len(first) and len(rest):
         last = first[-1]
         limit = w.start[last] + 2 * window  # end of last train window + one window
-        same = w.recording[rest] == w.recording[last]
-        rest = rest[~same | (w.start[rest] >= limit)]
+        rest = rest[(w.recording[rest] != w.recording[last]) | (w.start[rest] >= limit)]
     return first, rest
 
 
