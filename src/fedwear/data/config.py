@@ -273,11 +273,9 @@ class DatasetConfig(Strict):
     @classmethod
     def _drop_range(cls, v: int | list[int]) -> int | list[int]:
         """A count >= 0 or a range [lo, hi] with 0 <= lo <= hi."""
-        if isinstance(v, int):
-            if v < 0:
-                raise ValueError("a count of classes must be >= 0")
-            return v
-        if len(v) != 2 or not 0 <= v[0] <= v[1]:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("a count of classes must be >= 0")
+        if not isinstance(v, int) and (len(v) != 2 or not 0 <= v[0] <= v[1]):
             raise ValueError("give a count k or a range [lo, hi] with 0 <= lo <= hi, e.g. [0, 2]")
         return v
 
@@ -286,9 +284,7 @@ class DatasetConfig(Strict):
     def _source_keys(cls, v: Any) -> Any:
         """Unknown keys of a source (and of its ``synthetic`` block) are named here, in one line,
         rather than by pydantic's error inside a list."""
-        if not isinstance(v, list):
-            return v
-        for i, item in enumerate(v):
+        for i, item in enumerate(v if isinstance(v, list) else []):
             if not isinstance(item, dict):
                 continue
             blocks = [(f"sources[{i}]", item, SourceConfig)]

@@ -12,10 +12,10 @@ Each :class:`Source` names the official archive, the files the loader expects af
   of USC-HAD.zip was found, so its archive hash is *unknown* (``None``) and its download is
   checked file by file only.
 * **Every file the loader reads**, for the datasets of :data:`REGISTRY`, in
-  ``fedwear/data/manifests/<name>.sha256`` (``sha256sum``
-  format, written by ``scripts/make_manifest.py`` with :func:`build_manifest`). The values were
-  computed from a reference copy of each dataset whose provenance is in :attr:`Source.reference`
-  and in the manifest header. For a file stored compressed as ``X.gz`` the hash is the one of the
+  ``fedwear/data/manifests/<name>.sha256`` (``sha256sum`` format, written by
+  ``scripts/make_manifest.py`` with :func:`build_manifest`). The values were computed from a
+  reference copy of each dataset whose provenance is in :attr:`Source.reference` and in the
+  manifest header. For a file stored compressed as ``X.gz`` the hash is the one of the
   decompressed ``X``, so ``X`` and ``X.gz`` are both accepted.
 
 The datasets of :data:`UNPINNED` (PAMAP2, UniMiB-SHAR, HARBox, HHAR, RealWorld, ExtraSensory,
@@ -246,9 +246,6 @@ def default_root(name: str) -> Path:
     return Path(platformdirs.user_data_dir("fedwear")) / name
 
 
-# --------------------------------------------------------------------------- manifests
-
-
 def file_sha256(path: Path) -> str:
     """Hex SHA-256 of the file's content, of the decompressed content for ``*.gz``."""
     h = hashlib.sha256()
@@ -306,9 +303,6 @@ def format_manifest(src: Source, hashes: dict[str, str]) -> str:
         f"# Written by scripts/make_manifest.py; checked by 'fedwear data verify {src.name}'.",
     ]
     return "\n".join(head + [f"{h}  {k}" for k, h in sorted(hashes.items())]) + "\n"
-
-
-# --------------------------------------------------------------------------- verify
 
 
 @dataclass(frozen=True)
@@ -405,9 +399,6 @@ def verify(src: Source, root: Path, manifest: dict[str, str] | None = None) -> R
             else:
                 add(Problem(rel, changed, again))
     return report
-
-
-# --------------------------------------------------------------------------- download
 
 
 @dataclass(frozen=True)
@@ -570,11 +561,11 @@ def download(
 ) -> Installed:
     """Download ``src`` into ``root`` (default :func:`default_root`) and verify it.
 
-    ``url`` overrides ``src.url`` (mirrors, tests), ``extra_urls`` the further archives. A ``root`` that already holds a copy passing
-    :func:`verify` is kept as it is (``fresh=False``). Every failure (network, HTTP, archive
-    hash, unreadable archive, layout or per-file hash) raises a one-line DataError that names the
-    URL or file and the manual route; nothing is left at ``root`` then.
-    """
+    ``url`` overrides ``src.url`` (mirrors, tests), ``extra_urls`` the further archives. A
+    ``root`` that already holds a copy passing :func:`verify` is kept as it is (``fresh=False``).
+    Every failure (network, HTTP, archive hash, unreadable archive, layout or per-file hash)
+    raises a one-line DataError that names the URL or file and the manual route; nothing is left
+    at ``root`` then."""
     url = url or src.url
     target = (root if root is not None else default_root(src.name)).expanduser().absolute()
     if target.exists() and not (target.is_dir() and not any(target.iterdir())):

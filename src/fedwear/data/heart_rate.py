@@ -149,13 +149,9 @@ def _hr(values: np.ndarray, path: Path) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
-# --------------------------------------------------------------------------- PPG-DaLiA
-
-
 def read_ppg_csv(path: Path) -> np.ndarray:
-    """One PPG-DaLiA HR file (``S*.csv[.gz]``, one value per line, no header) as float32.
-
-    Every line is a value, the first included (README section 3)."""
+    """One PPG-DaLiA HR file (``S*.csv[.gz]``, one value per line, no header) as float32; every
+    line is a value, the first included (README section 3)."""
     return _hr(_parse_numbers(_text_lines(path), path, first_line=1), path)
 
 
@@ -186,20 +182,14 @@ def read_ppg_dalia(root: Path | str) -> list[HRSeries]:
     csvs = matching(root, PPG_CSV)
     if csvs:
         return [HRSeries(s, read_ppg_csv(p), PPG_DALIA_RATE_HZ, source=p) for s, p in csvs.items()]
-    folders = [d for d in root.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)]
-    pkls = {d.name: p for d in folders if (p := matching(d, PPG_PKL).get(d.name)) is not None}
+    ids = [d.name for d in root.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)]
+    pkls = {s: p for s in sorted(ids, key=natural_key) if (p := matching(root / s, PPG_PKL).get(s))}
     if not pkls:
         raise DataError(
             f"no PPG-DaLiA HR files found under {root}: expected S1.csv..S15.csv (one HR value "
             "per line, README section 3) or the original S1/S1.pkl..S15/S15.pkl"
         )
-    return [
-        HRSeries(s, read_ppg_pkl(pkls[s]), PPG_DALIA_RATE_HZ, source=pkls[s])
-        for s in sorted(pkls, key=natural_key)
-    ]
-
-
-# --------------------------------------------------------------------------- distracted driving
+    return [HRSeries(s, read_ppg_pkl(p), PPG_DALIA_RATE_HZ, source=p) for s, p in pkls.items()]
 
 
 def read_distracted_csv(
@@ -243,11 +233,9 @@ def read_distracted_driving(
     root: Path | str, drives: Iterable[int] = DISTRACTED_DRIVES, drop_zeros: bool = True
 ) -> list[HRSeries]:
     """Distracted-driving heart rate, one 1 Hz series per (subject, drive), subjects in natural
-    order (``"T001"`` ..), drives ascending, session ``"drive{n}"``.
-
-    Kept: drives ``drives`` (PCFedH's 3-7 by default), ``Heart.Rate`` with ``NA`` removed and,
-    when ``drop_zeros`` (default), zero HR removed (README section 4, ``get_data_multi.py``). A subject with
-    no value left is logged as a warning and has no series."""
+    order (``"T001"`` ..), drives ascending, session ``"drive{n}"``: ``drives`` kept (PCFedH's
+    3-7 by default), ``NA`` and, with ``drop_zeros``, zero HR removed (module docstring); a
+    subject with no value left is logged as a warning and has no series."""
     drives = tuple(int(d) for d in drives)
     if not drives:
         raise ConfigError("drives is empty: pass the drive codes to keep, e.g. (3, 4, 5, 6, 7)")
@@ -271,9 +259,6 @@ def read_distracted_driving(
             for d, hr in per_drive
         ]
     return series
-
-
-# --------------------------------------------------------------------------- Stress-Predict
 
 
 def read_empatica(path: Path) -> tuple[float, float, np.ndarray]:
