@@ -89,7 +89,7 @@ def _comparison_meta(cmp: Comparison) -> list[str]:
     seeds = "; ".join(f"{m}: {', '.join(str(r.seed) for r in rs)}" for m, rs in cmp.runs.items())
     table = cmp.path / files.TABLE_MD
     return [
-        f"{len(cmp.runs)} method(s): <b>{escape(', '.join(cmp.methods))}</b>; "
+        f"{len(cmp.runs)} method(s): <b>{escape(', '.join(cmp.runs))}</b>; "
         f"seeds {escape(seeds)}",
         f"dataset {escape(_config_values(runs, 'dataset', 'name'))}, "
         f"{escape(_config_values(runs, 'rounds'))} rounds",
@@ -105,19 +105,14 @@ def _table_caption(run: Run) -> str:
     return f'<div class="caption">{html.run_table_caption(run)}</div>' if run.evaluated else ""
 
 
-def _run_tables(run: Run) -> str:
-    return f"<h2>Summary</h2>{html.run_table(run)}{_table_caption(run)}"
-
-
 def _comparison_tables(cmp: Comparison, reference: str | None = None) -> str:
     groups: Groups = cmp.runs
     parts = ["<h2>Summary over seeds</h2>"]
     for select in ("final", "best"):
         parts.append(f"<h3>{select} round</h3>{html.comparison_table(groups, select, reference)}"
                      f'<div class="caption">{html.comparison_caption(select, groups)}</div>')
-    unfinished = [run.label + ("" if run.evaluated else ", no round evaluated yet")
-                  for run in cmp.all_runs if run.unfinished]
-    if unfinished:
+    if unfinished := [run.label + ("" if run.evaluated else ", no round evaluated yet")
+                      for run in cmp.all_runs if run.unfinished]:
         parts.append(f'<p class="caption">Read as far as they got (no summary.json yet): {escape("; ".join(unfinished))}.</p>')
     parts.append("<h3>Each run</h3>")
     for run in cmp.all_runs:
@@ -135,8 +130,7 @@ def _empty_sections(groups: Groups, plots: list[Plot]) -> dict[str, str]:
         return {"curves": why, "clients": why}
     if any(p.section == "classes" for p in plots) or not any(is_classification(r) for r in runs):
         return {}
-    missing = missing_confusion(groups)
-    if missing:
+    if missing := missing_confusion(groups):
         return {"classes": f"No confusion matrix or per-class F1: {NO_FILE}: "
                            f"{runs_text(missing)}."}
     return {"classes": "No confusion matrix or per-class F1: the runs' confusion.csv holds no test-split row of "
@@ -151,12 +145,12 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
     (default ``path/report``); returns the path of ``index.html``. ``reference``: the method the
     headline figure and the tables mark (default the comparison's first); ``paper``: the
     published numbers drawn beside ours (default none, and the headline's caption says so). With
-    ``embeddings``, also the
-    t-SNE of each method's body embeddings (:mod:`fedwear.report.embeddings`; it loads the data,
-    from ``root`` when given). With ``forecast`` (default), regression runs also get PCFedH's
-    Fig. 4 and Fig. 3 (:mod:`fedwear.report.regression`: heart rate over time of ``client``,
-    default the first training client, and the t-SNE of ``tsne_windows`` train windows through
-    PCFedH's encoder; they load the data too)."""
+    ``embeddings``, also the t-SNE of each method's body embeddings
+    (:mod:`fedwear.report.embeddings`; it loads the data, from ``root`` when given). With
+    ``forecast`` (default), regression runs also get PCFedH's Fig. 4 and Fig. 3
+    (:mod:`fedwear.report.regression`: heart rate over time of ``client``, default the first
+    training client, and the t-SNE of ``tsne_windows`` train windows through PCFedH's encoder;
+    they load the data too)."""
     target = load(Path(path))
     if out is None:  # the run folder's own: nothing is written through a link there
         refuse_links(Path(path), files.REPORT)
@@ -177,7 +171,8 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
                     old.unlink()
         if isinstance(target, Run):
             title = f"fedwear report: {target.path.name} ({target.label})"
-            meta, tables = _run_meta(target), _run_tables(target)
+            meta = _run_meta(target)
+            tables = f"<h2>Summary</h2>{html.run_table(target)}{_table_caption(target)}"
         else:
             title = f"fedwear comparison: {target.path.name}"
             meta, tables = _comparison_meta(target), _comparison_tables(target, reference or next(iter(groups)))

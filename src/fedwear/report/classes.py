@@ -15,12 +15,13 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import pandas as pd
 from matplotlib.patches import Patch
 
 from fedwear.config import METRICS
 from fedwear.evaluation.metrics import per_class_f1
 from fedwear.report.plots import Groups, Plot, _new_figure, _save, colors, flat, n_seeds, set_range
-from fedwear.report.rundir import Run
+from fedwear.report.rundir import CONFUSION_COLUMNS, Run
 from fedwear.report.style import fit_tick_labels
 from fedwear.report.tables import ordered_views
 
@@ -36,22 +37,18 @@ def is_classification(run: Run) -> bool:
     return any(m in METRICS for m in run.metric_names)
 
 
-def _final_cells(run: Run):
-    c = run.confusion
-    final = run.summary.get("final_round")
+def _final_cells(run: Run) -> pd.DataFrame:
+    """The test-split rows of confusion.csv at the run's final round (none without the file)."""
+    c, final = run.confusion, run.summary.get("final_round")
     if c is None or final is None:
-        return None
+        return pd.DataFrame(columns=CONFUSION_COLUMNS)
     return c[(c["round"] == final) & (c["split"] == "test")]
 
 
 def view_for(runs: list[Run], base: str) -> str | None:
     """The view of ``base`` the runs' confusion.csv holds at their final round: ``base`` itself,
     else its last fine-tuning budget (``personalized@n3``); None when neither."""
-    present: set[str] = set()
-    for run in runs:
-        cells = _final_cells(run)
-        if cells is not None:
-            present |= set(cells["view"].unique())
+    present = {v for run in runs for v in _final_cells(run)["view"].unique()}
     if base in present:
         return base
     budgets = [v for v in ordered_views(present) if v.startswith(base + "@")]
@@ -62,8 +59,6 @@ def run_matrix(run: Run, view: str, q: int) -> np.ndarray | None:
     """The ``[q, q]`` counts (rows: true class, columns: predicted) of ``view`` on the test split
     at the run's final round, summed over its clients; None when confusion.csv has none."""
     cells = _final_cells(run)
-    if cells is None:
-        return None
     sel = cells[cells["view"] == view]
     if not len(sel):
         return None
@@ -125,10 +120,12 @@ def classification_plots(groups: Groups, out: Path) -> tuple[list[Plot], str | N
     return plots, note
 
 
-def _used(chosen: dict[str, tuple[str, list[np.ndarray], list[Run]]]) -> str:
-    return "; ".join(f"{m}: {view}, seed{'s' if len(rs) > 1 else ''} {', '.join(str(r.seed) for r in rs)}"
+def _used(chosen: dict[str, tuple[str, list[np.ndarray], list[Run]]], note: str | None) -> str:
+    """The caption's runs drawn and, after ``note``, those left out."""
+    runs = "; ".join(f"{m}: {view}, seed{'s' if len(rs) > 1 else ''} {', '.join(str(r.seed) for r in rs)}"
                      f" (round {', '.join(sorted({str(r.summary.get('final_round')) for r in rs}))})"
                      for m, (view, _, rs) in chosen.items())
+    return f"Runs: {runs}." + (f" Left out: {note}." if note else "")
 
 
 def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: str | None) -> Plot:
@@ -139,12 +136,11 @@ def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: 
     nrows = math.ceil(n / ncols)
     cell = max(2.8, 0.3 * q + 1.5)
     fig = _new_figure(0.9 + cell * ncols, 0.5 + (cell + 0.5) * nrows)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     cmap = matplotlib.colormaps["Blues"].with_extremes(bad="#e8e8e8")
     image = None
     font = 7 if q <= 8 else 6 if q <= 12 else 5
-    for idx, (method, (view, mats, rs)) in enumerate(chosen.items()):
-        ax = axes[idx // ncols, idx % ncols]
+    for ax, (method, (view, mats, rs)) in zip(axes, chosen.items(), strict=False):
         total = np.sum(mats, axis=0)
         rows = total.sum(1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -161,18 +157,17 @@ def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: 
         ax.set_xlabel("predicted class")
         ax.set_ylabel("true class")
         ax.set_title(f"{method}: {view}\n{int(total.sum())} windows, {n_seeds(len(rs))}")
-    for idx in range(n, nrows * ncols):
-        axes[idx // ncols, idx % ncols].set_axis_off()
+    for ax in axes[n:]:
+        ax.set_axis_off()
     if image is not None:
-        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.7, label="% of the true class's windows")
+        fig.colorbar(image, ax=axes.tolist(), shrink=0.7, label="% of the true class's windows")
     file = f"confusion-{base}.png"
     _save(fig, out, file)
     caption = (f"Confusion matrices, {base} view (a method with fine-tuning budgets: its last budget), test "
                "split, at each seed's final round, from confusion.csv: each cell counts the windows of the "
                "true class (row) predicted as the class (column), summed over all clients and over the seeds, "
                "then each row divided by its total (rows sum to 100 %; grey: a class with no test window). "
-               f"Colour scale fixed at 0-100 %. Runs: {_used(chosen)}."
-               + (f" Left out: {note}." if note else ""))
+               f"Colour scale fixed at 0-100 %. {_used(chosen, note)}")
     short = (f"Confusion matrices, {base} view, test split, pooled over clients and seeds; each row (true class) "
              "sums to 100 %.")
     return Plot(file, f"confusion: {base}", short, "classes", notes=caption)
@@ -217,6 +212,6 @@ def _f1_plot(base: str, chosen: dict, names: list[str], groups: Groups, out: Pat
                "at each seed's final round: per seed, F1 = 2 TP / (true + predicted windows) of each class from "
                "that seed's confusion.csv counts pooled over all clients (not the mean of per-client F1, so it "
                f"differs from metrics.csv's macro_f1); {spread}; a class with no window, true or predicted, has "
-               f"no bar. y axis fixed at 0-100 %. Runs: {_used(chosen)}." + (f" Left out: {note}." if note else ""))
+               f"no bar. y axis fixed at 0-100 %. {_used(chosen, note)}")
     short = f"Per-class F1, {base} view, test split, from the confusion counts pooled over clients."
     return Plot(file, f"per-class F1: {base}", short, "classes", notes=caption)

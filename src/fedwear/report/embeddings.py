@@ -70,10 +70,6 @@ class Embeddings:
     view: str = "personalized"  # the metrics.csv view of the drawn models (:func:`drawn_view`)
     kept: bool = False  # personalised once more from what the evaluation kept (:func:`personal_model`)
 
-    @property
-    def clients(self) -> list[str]:
-        return list(dict.fromkeys(self.client.tolist()))
-
 
 @dataclass
 class Panel:
@@ -95,10 +91,6 @@ class Panel:
     view: str = "personalized"
     kept: bool = False
 
-    @property
-    def clients(self) -> list[str]:
-        return list(dict.fromkeys(self.client.tolist()))
-
     def to_json(self) -> dict:
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
         return {**plain, "xy": self.xy.tolist(), "y": self.y.tolist(), "client": self.client.tolist()}
@@ -119,31 +111,22 @@ class Skipped:
 # ---- config and data ------------------------------------------------------------------------
 def run_config(run_dir: Path, root: Path | None = None) -> RunConfig:
     """The run's config.yaml, with ``dataset.root`` replaced by ``root`` when given; a one-line
-    error when the data folder it names is missing."""
+    error when the data folder it names is missing (a generated dataset needs none)."""
     path = Path(run_dir) / files.CONFIG
     cfg = load_config(path)
     if root is not None:
         cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"root": str(root)})})
-    check_root(cfg, path, root is not None)
-    return cfg
-
-
-def check_root(cfg: RunConfig, where: Path, overridden: bool = False) -> None:
-    """``dataset.root`` of ``cfg`` names an existing folder (or the dataset needs none)."""
-    name = cfg.dataset.name
-    module = dataset_module(name)
-    if getattr(module, "GENERATED", False):
-        return
-    root = cfg.dataset.root
+    name, folder = cfg.dataset.name, cfg.dataset.root
+    if getattr(dataset_module(name), "GENERATED", False):
+        return cfg
     fix = f"pass --root /path/to/{name} (the folder of the data the run was trained on)"
-    if root is None:
-        if bundled_root(name) is None:
-            raise FedwearError(f"{where}: dataset.root is not set for dataset '{name}'; {fix}")
-        return
-    if not Path(root).expanduser().is_dir():
-        key = "--root" if overridden else "dataset.root"
-        raise FedwearError(f"{where}: {key} {root!r} (dataset '{name}') does not exist or is not "
+    if folder is None and bundled_root(name) is None:
+        raise FedwearError(f"{path}: dataset.root is not set for dataset '{name}'; {fix}")
+    if folder is not None and not Path(folder).expanduser().is_dir():
+        key = "--root" if root is not None else "dataset.root"
+        raise FedwearError(f"{path}: {key} {folder!r} (dataset '{name}') does not exist or is not "
                            f"a folder; {fix}")
+    return cfg
 
 
 def load_data(cfg: RunConfig) -> FederatedData:
@@ -278,26 +261,21 @@ def run_embeddings(run: Run, root: Path | None = None,
     bodies = body_embeddings(method, ckpt, data.clients, cfg)
     if isinstance(bodies, str):
         return Skipped(run.method, run.seed, bodies)
-    per_client, drawn = bodies.z, {"view": drawn_view(method), "kept": bodies.kept}
+    per_client = bodies.z
     ids = list(per_client)
-    by_id = {c.client_id: c for c in data.clients}
+    sizes = [len(per_client[c]) for c in ids]
     if data.kind == "regression":  # a forecast target has no class: colour by client
-        sizes = [len(per_client[c]) for c in ids]
-        return Embeddings(
-            method=run.method, seed=run.seed, round=int(ckpt["round"]),
-            final_round=run.summary.get("final_round"), model=model_text(method),
-            z=np.concatenate([per_client[c] for c in ids]) if ids else np.zeros((0, 0), np.float32),
-            y=np.repeat(np.arange(len(ids)), sizes), client=np.repeat(np.array(ids, dtype=object), sizes),
-            class_names=ids, data=data_text(cfg), colour="client", **drawn,
-        )
+        colour = {"y": np.repeat(np.arange(len(ids)), sizes), "class_names": ids, "colour": "client"}
+    else:
+        by_id = {c.client_id: c for c in data.clients}
+        y = np.concatenate([by_id[c].test.y for c in ids]).astype(int) if ids else np.zeros(0, int)
+        colour = {"y": y, "class_names": class_names(cfg, data)}
     return Embeddings(
         method=run.method, seed=run.seed, round=int(ckpt["round"]),
         final_round=run.summary.get("final_round"), model=model_text(method),
         z=np.concatenate([per_client[c] for c in ids]) if ids else np.zeros((0, 0), np.float32),
-        y=np.concatenate([by_id[c].test.y for c in ids]).astype(int) if ids else np.zeros(0, int),
-        client=np.concatenate([np.full(len(per_client[c]), c, dtype=object) for c in ids])
-        if ids else np.zeros(0, object),
-        class_names=class_names(cfg, data), data=data_text(cfg), **drawn,
+        client=np.repeat(np.array(ids, dtype=object), sizes), data=data_text(cfg),
+        view=drawn_view(method), kept=bodies.kept, **colour,
     )
 
 
@@ -433,19 +411,19 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
     """``embeddings-tsne.png``: one t-SNE panel per method (lowest seed), in group order; the
     points go to ``embeddings-tsne.json``, from which a later report redraws a panel whose run is
     unchanged (see the module's docstring)."""
-    reps = {method: runs[0] for method, runs in groups.items()}
     saved = _saved_panels(out)
     cache: dict = {}
     results: dict[str, Panel | Skipped] = {}
-    for method, run in reps.items():
-        kept = saved.get((run.method, str(run.seed)))
-        results[method] = kept if kept is not None and _still_valid(kept, run) else run_panel(run, root, cache)
+    for method, runs in groups.items():
+        kept = saved.get((runs[0].method, str(runs[0].seed)))
+        results[method] = kept if _still_valid(kept, runs[0]) else run_panel(runs[0], root, cache)
     cache.clear()
-    panels = [r.to_json() for r in results.values() if isinstance(r, Panel)]
-    (out / POINTS).write_text(json.dumps({"figure": FILE, "tsne": TSNE_TEXT, "panels": panels}))
-    n_classes = max([len(r.class_names) for r in results.values() if isinstance(r, Panel)], default=0)
-    names = next((r.class_names for r in results.values() if isinstance(r, Panel)), [])
-    legend = next((r.colour for r in results.values() if isinstance(r, Panel)), "true class")
+    panels = [r for r in results.values() if isinstance(r, Panel)]
+    (out / POINTS).write_text(json.dumps({"figure": FILE, "tsne": TSNE_TEXT,
+                                          "panels": [p.to_json() for p in panels]}))
+    n_classes = max((len(p.class_names) for p in panels), default=0)
+    names = panels[0].class_names if panels else []
+    legend = panels[0].colour if panels else "true class"
 
     cols = min(4, len(results))
     rows = math.ceil(len(results) / cols)
@@ -461,7 +439,7 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
             continue
         colors = [_class_color(int(k), n_classes) for k in r.y]
         ax.scatter(r.xy[:, 0], r.xy[:, 1], s=3, c=colors, linewidths=0, alpha=0.8)
-        ax.set_title(f"{method} (seed {r.seed}, round {r.round})\n{len(r.clients)} clients, "
+        ax.set_title(f"{method} (seed {r.seed}, round {r.round})\n{len(set(r.client))} clients, "
                      f"{len(r.xy)} test windows")
     if n_classes:
         handles = [Line2D([], [], ls="", marker="o", markersize=5, color=_class_color(k, n_classes))
@@ -502,7 +480,7 @@ def caption(results: dict[str, Panel | Skipped]) -> str:
         final = round_note(r.round, r.final_round)
         parts.append(
             f"{method} seed {r.seed}: {CHECKPOINT} of round {r.round} ({final}); model per "
-            f"client: {r.model}; data: {r.data}; {len(r.clients)} clients, {len(r.xy)} windows, "
+            f"client: {r.model}; data: {r.data}; {len(set(r.client))} clients, {len(r.xy)} windows, "
             f"{r.dim}-dimensional embeddings, t-SNE perplexity "
             f"{min(PERPLEXITY, len(r.xy) - 1)}; view {r.view}."
         )

@@ -183,13 +183,9 @@ def forecast_figure(fc: Forecast | Skipped, color: str = "C1") -> Figure:
     return fig
 
 
-def file_name(run: Run) -> str:
-    return f"forecast-{run.name}-s{run.seed}.png"
-
-
 def forecast_plot(run: Run, fc: Forecast | Skipped, out: Path, color: str = "C1") -> Plot:
     """``forecast-<name>-s<seed>.png`` (``Run.name``) of one run and its caption."""
-    file = file_name(run)
+    file = f"forecast-{run.name}-s{run.seed}.png"
     _save(forecast_figure(fc, color), out, file)
     title = f"heart rate over time: {run.name} seed {run.seed}"
     short = (f"Predicted and true heart rate over time, one client, {run.name} seed {run.seed} "

@@ -69,18 +69,9 @@ def _dark(color) -> bool:
     return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5
 
 
-def reference_of(groups: Groups, reference: str | None) -> str:
-    """The reference method: ``reference`` when given (it must be one of the groups), else the
-    first method of the comparison."""
-    if reference is not None:
-        return reference
-    return next(iter(groups))
-
-
 def _values(runs: list, view: str, metric: str) -> np.ndarray:
-    vals = [((r.summary.get("final") or {}).get(view) or {}).get(metric) for r in runs]
-    v = np.array([np.nan if x is None else x for x in vals], float)
-    return v[~np.isnan(v)]
+    v = np.array([((r.summary.get("final") or {}).get(view) or {}).get(metric) for r in runs], float)
+    return v[~np.isnan(v)]  # None: NaN
 
 
 def headline_plot(groups: Groups, out: Path, reference: str | None = None,
@@ -101,7 +92,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
         return None
     if len(flat(groups)) == 1:
         return _run_headline(flat(groups)[0], out, metric, views, same, paper)
-    ref = reference_of(groups, reference)
+    ref = reference if reference is not None else next(iter(groups))  # default: the first method
     col = colors(groups)
     methods = list(groups)
     # per view, the methods with a value or a paper number there, centred in the view's slot
@@ -113,7 +104,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
     width = 0.8 / k
     fig = _new_figure(min(18.0, max(5.5, 1.4 + len(views) * (0.5 + 0.42 * k))), 4.4)
     ax = fig.add_subplot()
-    drawn_values, stars, bars = [], False, 0
+    drawn_values, stars, bars = [], False, []  # bars: (x, method, each seed's value)
     for g, view in enumerate(views):
         here = present[view]
         for i, method in enumerate(here):
@@ -133,7 +124,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
             ax.bar(x, factor * mean, width=width * 0.92, color=col[method], alpha=0.85,
                    hatch="//" if is_ref else None, edgecolor="black" if is_ref else col[method],
                    lw=1.3 if is_ref else 0.5, zorder=2)
-            bars += 1
+            bars.append((x, method, vals))
             if len(vals) > 1:
                 ax.vlines(x, factor * vals.min(), factor * vals.max(), color="black", lw=1.1, zorder=3)
             ax.scatter(np.full(len(vals), x), factor * vals, s=12, color="white", edgecolor="black",
@@ -147,18 +138,14 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
     if factor != 100.0:
         hi *= 1.12  # room for the value labels
     set_range(ax, lo, hi)
-    for g, view in enumerate(views):  # each bar's mean: inside at its foot, above a short bar
-        here = present[view]
-        for i, method in enumerate(here):
-            vals = _values(groups[method], view, metric)
-            if not len(vals) or bars > 32:
-                continue
-            x, mean = g + (i - (len(here) - 1) / 2) * width, factor * float(vals.mean())
-            tall = mean - lo >= 0.22 * (hi - lo)
-            y = lo + 0.015 * (hi - lo) if tall else factor * float(vals.max()) + 0.01 * (hi - lo)
-            ax.text(x, y, fmt(metric, float(vals.mean())), rotation=90, ha="center", va="bottom", fontsize=7,
-                    color="white" if tall and _dark(col[method]) else "black", fontweight="bold" if tall else "normal",
-                    zorder=6)
+    # each bar's mean: inside at its foot, above a short bar; none over more than 32 bars
+    for x, method, vals in bars if len(bars) <= 32 else []:
+        mean = factor * float(vals.mean())
+        tall = mean - lo >= 0.22 * (hi - lo)
+        y = lo + 0.015 * (hi - lo) if tall else factor * float(vals.max()) + 0.01 * (hi - lo)
+        ax.text(x, y, fmt(metric, float(vals.mean())), rotation=90, ha="center", va="bottom", fontsize=7,
+                color="white" if tall and _dark(col[method]) else "black", fontweight="bold" if tall else "normal",
+                zorder=6)
     ax.set_xticks(range(len(views)), [v + also_text(v, same).replace(" (", "\n(") for v in views])
     ax.set_xlim(-0.5, len(views) - 0.5)
     ax.set_ylabel(axis_label(metric))
@@ -203,11 +190,9 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
                + (f"{', '.join(naive)}: the naive forecasts beside each method. " if naive else "")
                + f"{paper_text} y axis {how if factor == 100.0 else how + ', with room for the labels'}; "
                "the number on each bar is its mean.")
-    unfinished = [run.label for run in flat(groups) if run.unfinished]
-    if unfinished:
+    if unfinished := [run.label for run in flat(groups) if run.unfinished]:
         notes += f" Read as far as they got (no summary.json yet): {'; '.join(unfinished)}."
-    unlike = unlike_seeds(groups)
-    if unlike:
+    if unlike := unlike_seeds(groups):
         notes += f" Seeds not alike, so a bar's mean mixes them: {'; '.join(unlike)}."
     short = (f"{NAMES.get(metric, metric)} of each method in each view at the final round, test split; "
              + ("bar: mean over seeds, dots: seeds" if any(n > 1 for n in counts.values()) else "one seed each")
@@ -225,7 +210,7 @@ def _run_headline(run, out: Path, metric: str, views: list[str], same: dict[str,
     fig = _new_figure(1.2 + 0.9 * len(views), 3.0)
     ax = fig.add_subplot()
     rng = np.random.default_rng(0)  # the points' jitter: the same every time
-    drawn, counts = [], []
+    drawn, counts, means = [], [], []
     for g, view in enumerate(views):
         clients = final_rows(run, view)[metric].to_numpy(float)
         clients = clients[~np.isnan(clients)]
@@ -242,18 +227,16 @@ def _run_headline(run, out: Path, metric: str, views: list[str], same: dict[str,
         if len(mean):
             ax.hlines(factor * mean[0], g - 0.32, g + 0.32, colors="black", lw=1.6, zorder=4)
             drawn.append(float(mean[0]))
+            means.append((g, float(mean[0])))
         want = paper.values.get(run.name, {}).get((view, metric))
         if want is not None:
             ax.plot([g + 0.32], [factor * want], marker="*", color="black", markersize=8, ls="none", zorder=5)
             drawn.append(want)
     lo, hi, how = axis_range(metric, drawn)
     set_range(ax, lo, hi)
-    for g, view in enumerate(views):
-        mean = _values([run], view, metric)
-        if len(mean):
-            ax.text(g, factor * mean[0] + 0.015 * (hi - lo), fmt(metric, float(mean[0])), ha="center",
-                    va="bottom", fontweight="bold", zorder=6,
-                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
+    for g, mean in means:
+        ax.text(g, factor * mean + 0.015 * (hi - lo), fmt(metric, mean), ha="center", va="bottom",
+                fontweight="bold", zorder=6, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
     labels = [v + also_text(v, same).replace(" (", "\n(") + f"\nn = {k}" for v, k in zip(views, counts, strict=True)]
     ax.set_xticks(range(len(views)), labels)
     ax.set_xlim(-0.5, len(views) - 0.5)

@@ -93,15 +93,13 @@ def _clients_at(run: Run, round: object, view: str) -> int | None:
     return int(((m["round"] == round) & (m["view"] == view) & (m["split"] == "test")).sum())
 
 
-def _ordered(keys: set[str], order: list[str] | tuple[str, ...]) -> list[str]:
-    return [k for k in order if k in keys] + sorted(keys - set(order))
-
-
 def _views_metrics(summaries: list[dict], metric_order: list[str]) -> tuple[list[str], list[str]]:
+    """The views and metrics of the summaries' final and best rounds, in table order (metrics:
+    those of ``metric_order`` first, in its order, then any others sorted)."""
     views = {v for s in summaries for sel in ("final", "best") for v in (s.get(sel) or {})}
     metrics = {m for s in summaries for sel in ("final", "best")
                for vals in (s.get(sel) or {}).values() for m in vals}
-    return ordered_views(views), _ordered(metrics, metric_order)
+    return ordered_views(views), [m for m in metric_order if m in metrics] + sorted(metrics - set(metric_order))
 
 
 def not_evaluated(run: Run) -> str:
@@ -157,7 +155,7 @@ def run_table_caption(run: Run) -> str:
 
 
 def _over_seeds(values: list) -> tuple[float | None, float | None, int]:
-    v = np.array([np.nan if x is None else x for x in values], dtype=float)
+    v = np.array(values, dtype=float)  # None: NaN
     v = v[~np.isnan(v)]
     return (float(v.mean()), float(v.std()), len(v)) if len(v) else (None, None, 0)
 

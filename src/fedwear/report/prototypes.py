@@ -38,7 +38,6 @@ from fedwear.report.rundir import Run
 #: on one busy core, twice per figure).
 TSNE_WINDOWS = 500
 SAMPLE_SEED = 0
-BATCH = 256
 
 
 @dataclass
@@ -57,10 +56,6 @@ class EncoderFeatures:
     total: int  # train windows before sampling
     encoder: str  # the encoder's class and sizes, in words
     data: str = ""
-
-    @property
-    def clients(self) -> list[str]:
-        return list(dict.fromkeys(self.client.tolist()))
 
 
 def sample(total: int, k: int, seed: int = SAMPLE_SEED) -> np.ndarray:
@@ -113,16 +108,12 @@ def _why_not_tsne(f: EncoderFeatures) -> str | None:
     return None
 
 
-def file_name(run: Run) -> str:
-    return f"prototypes-{run.name}-s{run.seed}.png"
-
-
 def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
     """``prototypes-<name>-s<seed>.png``: encoder features (with the prototypes) and raw
     windows, each its own t-SNE, coloured by nearest prototype."""
     if isinstance(f, EncoderFeatures) and (why := _why_not_tsne(f)):
         f = Skipped(f.method, f.seed, why)
-    file = file_name(run)
+    file = f"prototypes-{run.name}-s{run.seed}.png"
     if isinstance(f, Skipped):
         fig = _new_figure(6.0, 2.4)
         draw_skipped(fig.add_subplot(), f"{f.method} (seed {f.seed})", f.reason, 60)
@@ -130,12 +121,13 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
         k = len(f.protos)
         fig = _new_figure(8.0, 4.3)
         left, right = fig.subplots(1, 2)
-        colors = [_class_color(int(i), k) for i in f.nearest]
+        palette = [_class_color(i, k) for i in range(k)]
+        colors = [palette[i] for i in f.nearest]
         xy = tsne(np.concatenate([f.z, f.protos]))
         points, stars = xy[:len(f.z)], xy[len(f.z):]
         left.scatter(points[:, 0], points[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
         left.scatter(stars[:, 0], stars[:, 1], s=120, marker="*", edgecolors="black",
-                     linewidths=0.8, c=[_class_color(i, k) for i in range(k)])
+                     linewidths=0.8, c=palette)
         left.set_title(f"encoder features (q = {f.z.shape[1]}) and prototypes")
         raw = tsne(f.raw)
         right.scatter(raw[:, 0], raw[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
@@ -144,13 +136,12 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
             ax.set_xticks([])
             ax.set_yticks([])
         counts = np.bincount(f.nearest, minlength=k)
-        handles = [Line2D([], [], ls="", marker="o", markersize=5, color=_class_color(i, k))
-                   for i in range(k)]
+        handles = [Line2D([], [], ls="", marker="o", markersize=5, color=c) for c in palette]
         labels = [f"prototype {i} ({counts[i]})" for i in range(k)]
         fig.legend(handles, labels, loc="outside lower center", frameon=False,
                    ncol=min(k, 5), title="nearest global prototype (windows)")
         fig.suptitle(f"{f.method} (seed {f.seed}, round {f.round}): {len(f.z)} train windows, "
-                     f"{len(f.clients)} clients")
+                     f"{len(set(f.client))} clients")
     _save(fig, out, file)
     return Plot(file, f"t-SNE of encoder features: {run.name} seed {run.seed}",
                 f"t-SNE of PCFedH's encoder features, coloured by nearest global prototype, {run.name} seed "
@@ -166,7 +157,7 @@ def caption(f: EncoderFeatures | Skipped) -> str:
     return (
         f"t-SNE of PCFedH encoder features (PCFedH, Yin et al. 2025, Fig. 3): {f.method} seed "
         f"{f.seed}, {CHECKPOINT} of round {f.round} ({final}). Windows: {len(f.z)} of the "
-        f"{f.total} train-split windows of the {len(f.clients)} training clients, drawn uniformly "
+        f"{f.total} train-split windows of the {len(set(f.client))} training clients, drawn uniformly "
         f"without replacement (seed {SAMPLE_SEED}; --tsne-windows sets how many). Left: each "
         f"window's instance representation (max over time, L2-normalised) from the run's global "
         f"encoder (server state enc.*, {f.encoder}, sizes from method_options.pcfedh) in eval "

@@ -94,16 +94,20 @@ class Run:
         return label
 
     @property
+    def log(self) -> str:
+        """run.log ('' when it is missing or unreadable)."""
+        try:
+            return (self.path / files.LOG).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @property
     def log_end(self) -> str | None:
         """The last line of run.log when it records how the run ended (``end: paused at round 2
         of 6 ...``), without its timestamp; None when run.log is missing or records no end (the
         run is still going, or was killed)."""
-        try:
-            lines = (self.path / files.LOG).read_text(errors="replace").splitlines()
-        except OSError:
-            return None
-        last = lines[-1] if lines else ""
-        _, sep, text = last.partition(" INFO end: ")
+        lines = self.log.splitlines()
+        _, sep, text = (lines[-1] if lines else "").partition(" INFO end: ")
         return f"end: {text}" if sep else None
 
     @cached_property
@@ -136,11 +140,7 @@ class Run:
     def class_names(self) -> list[str] | None:
         """The class names in index order, from run.log's data line (None when run.log is missing
         or does not name them unambiguously)."""
-        try:
-            text = (self.path / files.LOG).read_text(errors="replace")
-        except OSError:
-            return None
-        found = DATA_LINE.search(text)
+        found = DATA_LINE.search(self.log)
         if not found:
             return None
         names = found.group(2).split(", ")
@@ -178,19 +178,8 @@ class Comparison:
     runs: dict[str, list[Run]] = field(default_factory=dict)
 
     @property
-    def methods(self) -> list[str]:
-        return list(self.runs)
-
-    @property
     def all_runs(self) -> list[Run]:
         return [r for runs in self.runs.values() for r in runs]
-
-    @property
-    def metric_names(self) -> list[str]:
-        names: list[str] = []
-        for run in self.all_runs:
-            names += [m for m in run.metric_names if m not in names]
-        return names
 
 
 def unlike_seeds(groups: dict[str, list[Run]]) -> list[str]:

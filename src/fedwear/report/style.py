@@ -82,17 +82,13 @@ def _outline(label, renderer) -> Path:
     return Path(corners @ rotation.T + anchor)
 
 
-def _outlines(labels: list) -> list:
-    renderer = labels[0].figure.canvas.get_renderer() if labels else None
-    return [(t, _outline(t, renderer)) for t in labels if t.get_visible() and t.get_text()]
-
-
 def overlapping_labels(fig) -> list[tuple[str, str]]:
     """Pairs of tick labels of one axis of ``fig`` whose drawn rectangles overlap."""
     pairs = []
+    renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
         for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
-            shapes = _outlines(labels)
+            shapes = [(t, _outline(t, renderer)) for t in labels if t.get_visible() and t.get_text()]
             pairs += [(a.get_text(), b.get_text()) for i, (a, shape_a) in enumerate(shapes)
                       for b, shape_b in shapes[i + 1:] if shape_a.intersects_path(shape_b, filled=True)]
     return pairs
