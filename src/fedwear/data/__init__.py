@@ -10,7 +10,6 @@ windows and a chronological split per series -> ``held_out`` -> scaling
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -375,10 +374,9 @@ def dataset_info(name: str, root: str | Path | None, cfg: DatasetConfig | None =
     cfg = DatasetConfig(**{**base, "name": name, "root": None if root is None else str(root), "cache_dir": None})
     files, _ = _files(cfg)
     raw = mod.load(cfg)
-    counts: Counter[int] = Counter()
-    for r in raw.recordings:
-        lab, n = np.unique(r.labels[r.labels != UNLABELLED], return_counts=True)
-        counts.update(dict(zip(lab.tolist(), n.tolist(), strict=True)))
+    labels = np.concatenate([np.zeros(0, np.int64), *(r.labels for r in raw.recordings)])
+    lab, n = np.unique(labels[labels != UNLABELLED], return_counts=True)
+    counts = dict(zip(lab.tolist(), n.tolist(), strict=True))
     return {
         "name": name,
         "description": mod.DESCRIPTION,

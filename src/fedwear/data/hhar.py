@@ -155,12 +155,8 @@ def aligned(
     g, ok_g = on_grid(t_gyr, gyr, grid, max_gap)
     near = np.clip(np.searchsorted(t_acc, grid), 1, len(t_acc) - 1)
     near -= (grid - t_acc[near - 1]) < (t_acc[near] - grid)
-    labels = lab[near]
-    out = []
-    for s, e in runs(ok_a & ok_g):
-        sig = np.ascontiguousarray(np.concatenate([a[s:e], g[s:e]], axis=1), dtype=np.float32)
-        out.append((sig, labels[s:e].astype(np.int64)))
-    return out
+    sig, labels = np.concatenate([a, g], axis=1).astype(np.float32), lab[near]
+    return [(sig[s:e].copy(), labels[s:e].astype(np.int64)) for s, e in runs(ok_a & ok_g)]
 
 
 def _labels(gt: pd.Series) -> np.ndarray:

@@ -181,8 +181,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
             sig = _faithful_pair(acc, gyr, where)
             pieces = [] if sig is None else [(sig, np.full(len(sig), label, np.int64))]
         else:
-            lab = np.full(len(ta), label, np.int64)
-            pieces = aligned(ta, acc, lab, tg, gyr, RATE_HZ)
+            pieces = aligned(ta, acc, np.full(len(ta), label, np.int64), tg, gyr, RATE_HZ)
             if not pieces:
                 log.warning("RealWorld: %s: acc and gyro never overlap in time: left out", where)
         for k, (sig, lab) in enumerate(pieces):

@@ -131,8 +131,7 @@ def load(cfg: DatasetConfig) -> RawDataset:
             raise DataError(
                 f"{have} has no acc/gyro partner file in {raw}: restore it or remove both"
             )
-        acc = read_table(files["acc"], 3, np.float32)
-        gyro = read_table(files["gyro"], 3, np.float32)
+        acc, gyro = (read_table(files[k], 3, np.float32) for k in ("acc", "gyro"))
         if len(acc) != len(gyro):
             raise DataError(
                 f"{files['acc']} has {len(acc)} rows but {files['gyro']} has {len(gyro)}: "
