@@ -68,18 +68,15 @@ def series_windows(rec: Recording, cfg: DatasetConfig) -> tuple[Windows, Windows
     if cfg.heart_rate.zeros == "drop_windows" and len(y):
         ok = (x != 0).all(1) & (y != 0)
         x, y, start = x[ok], y[ok], start[ok]
-    step = cfg.stride or 1
-    x, y, start = x[::step], y[::step], start[::step]
+    x, y, start = (a[:: cfg.stride or 1] for a in (x, y, start))
     split = chronological_split(len(y), 1.0 - cfg.test_fraction, fc.train_multiple)
-    n_val = int(cfg.val_fraction * split.train.stop)
-    train = slice(0, split.train.stop - n_val)
-    val = slice(split.train.stop - n_val, split.train.stop)
+    cut = split.train.stop - int(cfg.val_fraction * split.train.stop)  # val: the end of train
 
     def part(s: slice) -> Windows:
         xs = np.ascontiguousarray(x[s][:, :, None])
         return Windows(xs, y[s].astype(np.float32), np.zeros(len(xs), np.int64), start[s])
 
-    return part(train), part(val), part(split.test)
+    return part(slice(0, cut)), part(slice(cut, split.train.stop)), part(split.test)
 
 
 def _concat(parts: list[Windows], length: int) -> Windows:

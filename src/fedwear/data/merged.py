@@ -83,8 +83,7 @@ def loader(i: int, src: SourceConfig) -> ModuleType:
 def source_root(i: int, src: SourceConfig, parent: str | None = None) -> Path | None:
     """The folder source ``i`` is read from: its ``root``, else ``<parent>/<its dataset name>``
     when ``parent`` (``dataset.root``: the folder holding the sources' folders) is set, else its
-    bundled subset; None for a generated source. One-line errors naming the source when it has
-    none of them."""
+    bundled subset; None for a generated source; otherwise a one-line error naming the source."""
     mod = loader(i, src)
     if getattr(mod, "GENERATED", False):
         return None

@@ -36,10 +36,8 @@ def bundled_root(name: str) -> Path | None:
 
 
 def bundled_summary(name: str, subjects: str = "") -> str | None:
-    """``"10 of 30 users, 9.3 MB"``-style description of the bundled subset, or None.
-
-    ``subjects`` is the loader module's ``BUNDLED`` attribute (a short string); the size comes
-    from the files on disk."""
+    """``"10 of 30 users, 9.3 MB"``-style description of the bundled subset, or None: ``subjects``
+    is the loader module's ``BUNDLED`` string, the size that of the files on disk."""
     root = bundled_root(name)
     if root is None:
         return None
@@ -48,13 +46,11 @@ def bundled_summary(name: str, subjects: str = "") -> str | None:
 
 
 def require_root(cfg: DatasetConfig, title: str | None = None, subjects: str = "") -> Path:
-    """Return ``cfg.root`` as an existing folder.
-
-    When ``dataset.root`` is not set, a dataset with a bundled subset resolves to it (logged once
-    per process at INFO on the ``fedwear`` logger, naming the dataset's ``title`` and bundled
+    """``cfg.root`` as an existing folder. Without ``dataset.root``, a dataset with a bundled subset
+    resolves to it (logged once per process at INFO on the ``fedwear`` logger, naming ``title`` and
     ``subjects``; tables, reports and summary.json name the subset too:
-    :func:`fedwear.data.dataset_label`); any other dataset raises a one-line error saying how to set the root or
-    download the data."""
+    :func:`fedwear.data.dataset_label`); any other dataset raises a one-line error saying how to
+    set the root or download the data."""
     if cfg.root is None:
         bundled = bundled_root(cfg.name)
         if bundled is None:

@@ -28,6 +28,7 @@ window overlapping val, unless ``purge`` is off (ProtoHAR's code keeps them).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable
 
@@ -89,11 +90,9 @@ def _random_cut(
     state = int(rng.integers(2**31 - 1))
     _, counts = np.unique(y[idx], return_counts=True)
     if counts.min() >= 2:
-        try:
+        with contextlib.suppress(ValueError):  # e.g. fewer test slots than classes
             a, b = train_test_split(idx, test_size=frac, stratify=y[idx], random_state=state)
             return np.asarray(a), np.asarray(b)
-        except ValueError:  # e.g. fewer test slots than classes
-            pass
     a, b = train_test_split(idx, test_size=frac, random_state=state)
     return np.asarray(a), np.asarray(b)
 
