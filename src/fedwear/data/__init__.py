@@ -48,9 +48,8 @@ __all__ = [
     "load_federated", "load_raw",
 ]  # fmt: skip
 
-#: name -> loader module; each has NAME, DESCRIPTION, RATE_HZ, CHANNELS, CLASS_NAMES,
-#: ``data_files(root) -> list[Path]`` and ``load(cfg) -> RawDataset``; KIND when not
-#: ``classification``.
+#: name -> loader module; each has NAME, DESCRIPTION, RATE_HZ, CHANNELS, CLASS_NAMES, KIND
+#: (default classification), ``data_files(root) -> list[Path]`` and ``load(cfg) -> RawDataset``.
 DATASETS: dict[str, ModuleType] = {
     m.NAME: m
     for m in (

@@ -285,9 +285,7 @@ def read_stress_predict(root: Path | str) -> list[HRSeries]:
     (README section 5). A subject folder without ``HR.csv`` is logged as a warning and skipped."""
     root = _require_folder(root, "Raw_data/S01..S35 (Stress-Predict, README section 5)")
     raw = root / "Raw_data"
-    folders = (
-        [d for d in raw.iterdir() if d.is_dir() and _S_FOLDER.match(d.name)] if raw.is_dir() else []
-    )
+    folders = [d for d in raw.glob("S*") if d.is_dir() and _S_FOLDER.match(d.name)]
     if not folders:
         raise DataError(
             f"no Stress-Predict subject folders found under {raw}: pass the folder holding "

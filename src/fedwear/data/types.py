@@ -51,8 +51,7 @@ def key_value(rec: Recording, key: str) -> str | None:
 def recording_keys(recordings: list[Recording]) -> list[str]:
     """The keys ``recordings`` can be grouped by: ``subject``, ``session``, then every meta key
     carried by at least one of them, sorted."""
-    meta = sorted({k for r in recordings for k in r.meta} - set(RESERVED_KEYS))
-    return [*RESERVED_KEYS, *meta]
+    return [*RESERVED_KEYS, *sorted({k for r in recordings for k in r.meta} - set(RESERVED_KEYS))]
 
 
 @dataclass
