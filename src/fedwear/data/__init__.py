@@ -155,8 +155,7 @@ def load_federated(cfg: DatasetConfig, seed: int) -> FederatedData:
     """Build (or read from ``cfg.cache_dir``) the federated dataset for ``cfg``.
 
     ``cfg.seed`` overrides ``seed`` when set; it drives every random choice (partition, label
-    skew, splits, held-out clients) through numpy Generators.
-    """
+    skew, splits, held-out clients) through numpy Generators."""
     seed = cfg.seed if cfg.seed is not None else seed
     files, root = _files(cfg)
     path = cache.cache_path(cfg, cache.cache_key(cfg, seed, files, root))

@@ -350,8 +350,7 @@ def verify(src: Source, root: Path, manifest: dict[str, str] | None = None) -> R
 
     Counts come from ``src.layout``; every file the layout covers is hashed (its decompressed
     content for ``X.gz``) and compared with ``manifest`` (default: the shipped one). A file the
-    layout covers but the manifest does not list is reported as not part of the dataset.
-    """
+    layout covers but the manifest does not list is reported as not part of the dataset."""
     if manifest is None:
         manifest = read_manifest(src.name) if src.pinned_files else {}
     files = scan(root)

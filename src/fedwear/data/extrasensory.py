@@ -95,11 +95,8 @@ def raw_files(root: Path, sensor: str, uuid: str) -> dict[int, Path]:
 def data_files(root: Path) -> list[Path]:
     """The label files, then every raw acc and gyro file, by user and timestamp."""
     labels = label_files(root)
-    out = list(labels.values())
-    for uuid in labels:
-        for sensor in ("raw_acc", "proc_gyro"):
-            out += [p for _, p in sorted(raw_files(root, sensor, uuid).items())]
-    return out
+    raw = [sorted(raw_files(root, s, u).items()) for u in labels for s in ("raw_acc", "proc_gyro")]
+    return [*labels.values(), *(p for files in raw for _, p in files)]
 
 
 def read_labels(path: Path) -> dict[int, int]:

@@ -152,8 +152,7 @@ def split_indices(
     """``(train, val, test)`` index arrays into ``w`` (each sorted) following ``cfg.split``.
 
     ``counts["purged"]``, when given, is increased by the val/test windows dropped for
-    overlapping a train (or val) window.
-    """
+    overlapping a train (or val) window."""
     window = w.x.shape[1]
     idx = np.arange(len(w))
     if cfg.split == "time":
