@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from fedwear.compare import Planned
-from fedwear.config import RunConfig, load_config
+from fedwear.config import load_config
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.reproduce.experiment import Experiment
 from fedwear.reproduce.tables import fedali, fedmat, metahar, pcfedh, protohar
@@ -36,10 +36,14 @@ def config_path(exp: Experiment) -> Path:
     return Path(str(resources.files("fedwear.reproduce") / "configs" / exp.config))
 
 
+def paper_file(paper: str) -> dict:
+    """``reproduce/papers/<paper>.yaml``: the paper's tables (each with its source) and claims."""
+    return yaml.safe_load((resources.files("fedwear.reproduce") / "papers" / f"{paper}.yaml").read_text())
+
+
 def paper_table(ref: str) -> dict:
     paper, _, table = ref.partition(":")
-    text = (resources.files("fedwear.reproduce") / "papers" / f"{paper}.yaml").read_text()
-    return yaml.safe_load(text)[table]
+    return paper_file(paper)[table]
 
 
 def default_out(exp: Experiment) -> Path:
@@ -52,11 +56,9 @@ def plan(exp: Experiment, out: Path, root: str | None, seeds: list[int] | None =
     runs = []
     for method in exp.methods:
         for seed in seeds if seeds is not None else exp.more_seeds.get(method, exp.seeds):
-            extra = [f"method={method}", f"seed={seed}", *exp.sets.get(method, ()), *(sets or [])]
-            if root is not None:
-                extra.append(f"dataset.root={root}")
-            cfg: RunConfig = load_config(config_path(exp), extra)
-            runs.append((method, cfg, out / f"{method}-s{seed}"))
+            extra = [f"method={method}", f"seed={seed}", *exp.sets.get(method, ()), *(sets or []),
+                     *([f"dataset.root={root}"] if root is not None else [])]
+            runs.append((method, load_config(config_path(exp), extra), out / f"{method}-s{seed}"))
     order = [*exp.run_first, *exp.methods]
     return sorted(runs, key=lambda r: (r[1].seed, order.index(r[0])))
 
@@ -70,5 +72,5 @@ def only_methods(exp: Experiment, runs: list[Planned], wanted: list[str]) -> lis
     return [r for r in runs if r[0] in wanted]
 
 
-__all__ = ["EXPERIMENTS", "Experiment", "config_path", "default_out", "experiment", "only_methods", "paper_table",
-           "plan"]
+__all__ = ["EXPERIMENTS", "Experiment", "config_path", "default_out", "experiment", "only_methods", "paper_file",
+           "paper_table", "plan"]

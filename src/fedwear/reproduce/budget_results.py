@@ -13,21 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from fedwear.compare import Planned
 from fedwear.data.partition import source_of
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     FLAG,
     context_section,
+    cpu_cell,
     delta_cell,
     findings,
-    header,
     matching_metrics,
-    numbers_by_method,
-    rounds_cell,
     rounds_run,
+    runs_cells,
     seed_cell,
 )
 from fedwear.rundir import RunFolder
@@ -44,10 +41,7 @@ def budget_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None
         """view -> metric -> the final round's test-weighted mean, in %."""
         agg = aggregate_metrics(rows, cfg.evaluation.client_weights)
         last = agg[(agg["round"] == agg["round"].max()) & (agg["split"] == "test")]
-        out: dict[str, dict[str, float]] = {}
-        for r in last.itertuples():
-            out.setdefault(r.view, {})[r.metric] = 100 * float(r.weighted)
-        return out
+        return {view: {r.metric: 100 * float(r.weighted) for r in g.itertuples()} for view, g in last.groupby("view")}
 
     tags = [src.label for src in cfg.dataset.sources]  # a merged dataset: the views of each source's users too
     source = metrics["client"].map(lambda c: source_of(str(c), tags))
@@ -61,15 +55,13 @@ def _cells(got: list[dict], view: str, metric: str = "accuracy", source: str | N
     return [(n["by_source"].get(source, {}) if source else n["views"]).get(view, {}).get(metric) for n in got]
 
 
-def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
-                         at_round: int | None = None) -> str:
-    by_method = numbers_by_method(runs, exp.methods, budget_numbers, at_round)
+def budget_lines(exp: Experiment, runs: list[Planned], by_method: dict[str, list[dict]],
+                 at_round: int | None = None) -> list[str]:
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "source": "none"}
     tags = sorted({t for got in by_method.values() for n in got for t in n["by_source"]})
     extra = [f"meta-{who} {m}" for m in exp.extra_metrics for who in ("train", "test")]
     extra += [f"meta-test {t}" for t in tags]
     lines = [
-        *header(exp, command, out, at_round),
         "Cells: accuracy in %, weighted by test windows over users (Eq. 6) at the final round, mean ± "
         "population std over the seeds listed (each seed holds out its own meta-test users). Meta-train: the "
         "training users after the method's personalisation; meta-test: held-out users after its adaptation"
@@ -90,9 +82,6 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             suffix = f"@{budget}" if budget else ""
             train, test = _cells(got, f"personalized{suffix}"), _cells(got, f"new_clients{suffix}")
             ref = paper["rows"].get(f"{method}{suffix}") or [None, None]
-            seeds = ",".join(str(n["seed"]) for n in got) or "-"
-            rounds = rounds_cell(method, got, runs, at_round)
-            cpu = np.nanmean([n["cpu_s"] for n in got]) if got else float("nan")
             deltas = [delta_cell(train, ref[0]), delta_cell(test, ref[1])]
             if any("⚠" in d for d in deltas):
                 warned.add(method)
@@ -100,18 +89,16 @@ def write_budget_results(exp: Experiment, runs: list[Planned], path: Path, comma
             more += [_cells(got, f"new_clients{suffix}", source=t) for t in tags]
             extra_cells = "".join(f"{seed_cell(c)} | " for c in more)
             lines.append(
-                f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {seed_cell(train)} | "
+                f"| {method} | {budget or '-'} | {exp.variants.get(method, '')} | "
+                f"{runs_cells(method, got, runs, at_round)} | {seed_cell(train)} | "
                 f"{'' if ref[0] is None else ref[0]} | {deltas[0]} | {seed_cell(test)} | "
-                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {extra_cells}{'' if np.isnan(cpu) else f'{cpu:.0f}'} |")
+                f"{'' if ref[1] is None else ref[1]} | {deltas[1]} | {extra_cells}{cpu_cell([n['cpu_s'] for n in got])} |")
     if paper["rows"]:
         lines += ["", f"Paper: {paper['source']}."]
     lines += findings(exp, warned)
     for ref in exp.context:
         lines += context_section(paper_table(ref))
-    text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return text
+    return lines
 
 
-__all__ = ["budget_numbers", "write_budget_results"]
+__all__ = ["budget_lines", "budget_numbers"]

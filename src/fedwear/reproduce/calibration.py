@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 import pandas as pd
-import yaml
 from scipy import stats
 
 from fedwear.evaluation.metrics import LOWER_IS_BETTER
+from fedwear.reproduce import paper_file
 from fedwear.reproduce.seed_test import ALPHA, crossed_mean_se, seed_client_test
 
 #: Simulated replicates per design (each a whole set of seeds x clients).
@@ -58,16 +57,9 @@ def seed_means_decided(frame: pd.DataFrame) -> bool:
     return len(means) >= 2 and np.ptp(means) > 0 and stats.ttest_1samp(means, 0.0).pvalue < ALPHA
 
 
-def ledger_decided(frame: pd.DataFrame) -> bool:
-    return bool(seed_client_test(frame).p < ALPHA)
-
-
-def larger_df_decided(frame: pd.DataFrame) -> bool:
-    return bool(seed_client_test(frame, floor_df="larger").p < ALPHA)
-
-
-DECIDERS = dict(zip(CANDIDATES, (ledger_decided, larger_df_decided, client_only_decided, seed_means_decided),
-                    strict=True))
+DECIDERS = dict(zip(CANDIDATES, (lambda frame: seed_client_test(frame).p < ALPHA,
+                                 lambda frame: seed_client_test(frame, floor_df="larger").p < ALPHA,
+                                 client_only_decided, seed_means_decided), strict=True))
 
 
 def placebo_pairings(seeds: list[int]) -> list[list[tuple[int, int]]]:
@@ -196,7 +188,7 @@ def paper_effect(paper_table: str | None, view: str, metric: str, better: str, t
     if not paper_table:
         return None
     paper, _, key = paper_table.partition(":")
-    table = yaml.safe_load((resources.files("fedwear.reproduce") / "papers" / f"{paper}.yaml").read_text()).get(key)
+    table = paper_file(paper).get(key)
     if not isinstance(table, dict) or "rows" not in table:
         return None
     if "metrics" in table and metric in table["metrics"]:

@@ -27,19 +27,17 @@ to its planned rounds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 from statsmodels.stats.multitest import multipletests
 
 from fedwear import files
 from fedwear.config import KIND_METRICS, RunConfig, task_kind
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, first_impossible
-from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, plan
+from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, paper_file, plan
 from fedwear.reproduce.calibration import (
     CANDIDATES,
     REPLICATES,
@@ -52,7 +50,7 @@ from fedwear.reproduce.calibration import (
 from fedwear.reproduce.run_files import matching_metrics, rounds_run
 from fedwear.reproduce.seed_test import ALPHA, TEST_NAME, TEST_TEXT, SeedTest, seed_client_test
 from fedwear.rundir import RunFolder
-from fedwear.summary import aggregate_metrics, best_round
+from fedwear.summary import aggregate_metrics, best_round, per_client_best
 from fedwear.version import __version__
 
 PAPERS = ("protohar", "pcfedh", "fedali", "metahar", "fedmat")
@@ -124,17 +122,15 @@ def parse_claims(entries: list[dict], where: str, own: bool = False) -> list[Cla
         margin = e.get("margin", 0.0)
         if not isinstance(margin, int | float) or isinstance(margin, bool) or margin < 0:
             raise ConfigError(f"{where}: claim {name}: margin {margin!r} is not a number >= 0 (in the metric's units)")
-        out.append(Claim(id=str(e["id"]), statement=e["statement"], source=e["source"], view=e["view"],
-                         metric=e["metric"], comparisons=tuple((str(a), str(b)) for a, b in pairs),
-                         experiment=e.get("experiment"), dataset=e.get("dataset"), margin=float(margin),
-                         rounds_to=e.get("rounds_to"), own=own, investigation=e.get("investigation")))
+        out.append(Claim(id=str(e["id"]), comparisons=tuple((str(a), str(b)) for a, b in pairs), margin=float(margin),
+                         own=own, **{k: e.get(k) for k in ("statement", "source", "view", "metric", "experiment",
+                                                           "dataset", "rounds_to", "investigation")}))
     return out
 
 
 def paper_claims(paper: str) -> list[Claim]:
     """The claims registered in ``reproduce/papers/<paper>.yaml``: the paper's, then fedwear's own."""
-    text = (resources.files("fedwear.reproduce") / "papers" / f"{paper}.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = paper_file(paper)
     return (parse_claims(data.get("claims", []), f"papers/{paper}.yaml")
             + parse_claims(data.get("own_claims", []), f"papers/{paper}.yaml", own=True))
 
@@ -155,12 +151,7 @@ def selected_round(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame, view:
         rule = ev.best_for.get("global_pooled", "global_pooled.accuracy")
         return best_round(rule_aggregate(metrics, rule, split, ev.client_weights), rule, split, "mean")
     if exp.writer == "views" and ev.best_statistic == "per_client":
-        rule_view, _, metric = ev.best_metric.partition(".")
-        crit = metrics[(metrics["view"] == rule_view) & (metrics["split"] == split)].dropna(subset=[metric])
-        crit = crit.sort_values(["client", "round"], kind="stable")
-        g = crit.groupby("client")[metric]
-        pick = g.idxmin() if metric in LOWER_IS_BETTER else g.idxmax()
-        return {str(c): int(crit.loc[i, "round"]) for c, i in pick.items()}
+        return per_client_best(metrics, ev.best_metric, split)["rounds"]
     return best_round(rule_aggregate(metrics, ev.best_metric, split, ev.client_weights), ev.best_metric, split,
                       ev.best_statistic)
 
@@ -183,32 +174,25 @@ class RunReader:
         self._metrics: dict[Path, pd.DataFrame | None] = {}
 
     def plan(self, exp: Experiment, folder: Path) -> list[tuple[str, RunConfig, Path]]:
-        key = (exp.key, folder)
-        if key not in self._plans:
-            self._plans[key] = plan(exp, folder, None)
-        return self._plans[key]
+        if (exp.key, folder) not in self._plans:
+            self._plans[exp.key, folder] = plan(exp, folder, None)
+        return self._plans[exp.key, folder]
 
     def metrics(self, cfg: RunConfig, where: Path) -> pd.DataFrame | None:
-        """``where``'s metrics when it holds a run of ``cfg`` (:func:`matching_metrics`), checked
-        by :func:`check_values`."""
+        """``where``'s metrics when it holds a run of ``cfg`` (:func:`matching_metrics`). A metrics
+        file with an impossible value is refused (a FedwearError naming the file, its line and
+        column; :func:`~fedwear.evaluation.metrics.first_impossible`): text or inf anywhere, a
+        proportion outside [0, 1], a negative error, NaN where the row has windows. A verdict is
+        never computed past one."""
         if where not in self._metrics:
             metrics = matching_metrics(cfg, where)
-            if metrics is not None:
-                check_values(metrics, where / files.METRICS)
+            if metrics is not None and (hit := first_impossible(metrics, strict=True)) is not None:
+                i, column = hit
+                raise FedwearError(f"{where / files.METRICS}, line {metrics.index[i] + 2}: {column} is "
+                                   f"{metrics[column].iloc[i]}, not a possible value; rerun that run (or remove its "
+                                   "folder) before testing claims on it")
             self._metrics[where] = metrics
         return self._metrics[where]
-
-
-#: Metrics a client always has a value of (AUC may be undefined: a test split of one class).
-def check_values(metrics: pd.DataFrame, path: Path) -> None:
-    """Refuse a metrics file with an impossible value (a FedwearError naming the file, its line and
-    column; :func:`~fedwear.evaluation.metrics.first_impossible`): text or inf anywhere, a
-    proportion outside [0, 1], a negative error, NaN where the row has windows. A verdict is never
-    computed past one."""
-    if (hit := first_impossible(metrics, strict=True)) is not None:
-        i, column = hit
-        raise FedwearError(f"{path}, line {metrics.index[i] + 2}: {column} is {metrics[column].iloc[i]}, not a "
-                           "possible value; rerun that run (or remove its folder) before testing claims on it")
 
 
 def client_values(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame | None, view: str, metric: str,
@@ -251,11 +235,8 @@ def decide(tests: list[tuple[str, str, SeedTest]], margin: float) -> list[Compar
     ok = ~np.isnan(p)
     if ok.any():
         adjusted[ok] = multipletests(p[ok], alpha=ALPHA, method="holm")[1]
-    out = []
-    for (a, b, t), q in zip(tests, adjusted, strict=True):
-        verdict = OPEN if not q < ALPHA else HOLDS if t.effect + margin > 0 else FAILS
-        out.append(Comparison(a, b, t, float(q), verdict))
-    return out
+    return [Comparison(a, b, t, float(q), OPEN if not q < ALPHA else HOLDS if t.effect + margin > 0 else FAILS)
+            for (a, b, t), q in zip(tests, adjusted, strict=True)]
 
 
 @dataclass
@@ -350,40 +331,32 @@ def verdict_of(comparisons: list[Comparison]) -> str:
     return FAILS if FAILS in verdicts else OPEN if OPEN in verdicts or not verdicts else HOLDS
 
 
-def rounds_to_reach(metrics: pd.DataFrame, view: str, metric: str, target: float, weights: str) -> int | None:
-    """The first round at which ``view``'s mean ``metric`` over clients (test split, weighted as the
-    run's ``evaluation.client_weights``) reaches ``target``; None when it never does."""
-    agg = rule_aggregate(metrics, f"{view}.{metric}", "test", weights)
-    crit = agg[agg["metric"] == metric].sort_values("round")
-    reached = crit["round"][crit["weighted"] <= target] if metric in LOWER_IS_BETTER else \
-        crit["round"][crit["weighted"] >= target]
-    return int(reached.iloc[0]) if len(reached) else None
-
-
 def _rounds_outcome(claim: Claim, finished: dict[str, dict[int, tuple[RunConfig, Path]]], reader: RunReader,
                     folder: Path, run_text: dict[str, str], line: str) -> Outcome:
     """A convergence claim (``rounds_to``): per seed, the rounds ``better`` and ``than`` need to
     reach the best mean ``metric`` that ``rounds_to`` reaches at that seed (the papers' Table III
     rule), compared as log(rounds of ``than`` / rounds of ``better``) over the seeds, each seed one
     difference (a run that never reaches it counts its planned rounds + 1: a lower bound)."""
-    target_runs = finished[str(claim.rounds_to)]
+    lower = claim.metric in LOWER_IS_BETTER
+
+    def curve(cfg: RunConfig, where: Path) -> pd.Series:  # per round, the mean over clients (test split)
+        agg = rule_aggregate(reader.metrics(cfg, where), f"{claim.view}.{claim.metric}", "test",
+                             cfg.evaluation.client_weights)
+        return agg[agg["metric"] == claim.metric].sort_values("round").set_index("round")["weighted"]
+
     per_seed: list[dict] = []
     notes = []
-    for seed, (cfg, where) in sorted(target_runs.items()):
-        metrics = reader.metrics(cfg, where)
-        agg = rule_aggregate(metrics, f"{claim.view}.{claim.metric}", "test", cfg.evaluation.client_weights)
-        crit = agg[agg["metric"] == claim.metric]["weighted"]
-        target = crit.min() if claim.metric in LOWER_IS_BETTER else crit.max()
+    for seed, (cfg, where) in sorted(finished[str(claim.rounds_to)].items()):
+        target = curve(cfg, where).min() if lower else curve(cfg, where).max()
         rounds = {}
-        for a, b in claim.comparisons:
-            for m in (a, b):
-                if seed in finished[m] and m not in rounds:
-                    c, w = finished[m][seed]
-                    got = rounds_to_reach(reader.metrics(c, w), claim.view, claim.metric, target,
-                                          c.evaluation.client_weights)
-                    if got is None:
-                        notes.append(f"{m} s{seed} never reached it ({c.rounds} rounds)")
-                    rounds[m] = got if got is not None else c.rounds + 1
+        for m in dict.fromkeys(m for pair in claim.comparisons for m in pair):
+            if seed in finished[m]:
+                c, w = finished[m][seed]
+                got = curve(c, w)
+                reached = got.index[got <= target] if lower else got.index[got >= target]
+                if not len(reached):
+                    notes.append(f"{m} s{seed} never reached it ({c.rounds} rounds)")
+                rounds[m] = int(reached[0]) if len(reached) else c.rounds + 1
         per_seed.append({"seed": seed, **rounds})
     frame = pd.DataFrame(per_seed)
     tests = []
@@ -484,11 +457,9 @@ def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_
     lines += calibration_lines(flat, runs_root, experiments, replicates, reader, command)
     for paper, got in outcomes.items():
         for own in (False, True):
-            shown = [o for o in got if o.claim.own == own]
-            if shown:
-                lines += ["", f"## {paper}: {'fedwear' if own else 'the paper'}'s claims", ""]
-            for o in shown:
-                lines += _claim_lines(o)
+            if shown := [o for o in got if o.claim.own == own]:
+                lines += ["", f"## {paper}: {'fedwear' if own else 'the paper'}'s claims", "",
+                          *(line for o in shown for line in _claim_lines(o))]
     text = "\n".join(lines).rstrip() + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -518,7 +489,7 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
     """The ledger's calibration section: placebo and simulated false-decision rates of each
     candidate test, and the ledger's test's power at the papers' effects."""
     experiments = EXPERIMENTS if experiments is None else experiments
-    series, seen = [], set()
+    series: dict[tuple, dict[int, pd.Series]] = {}  # (table, method, view, metric) -> seed -> client values
     designs = []
     for o in outcomes:
         c = o.claim
@@ -528,20 +499,17 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
         for label in sorted(_labels(c)):
             method, view = _method_view(label, c.view)
             key = (default_out(exp).name, method, view, c.metric)
-            if key in seen:
-                continue
-            seen.add(key)
-            values = {cfg.seed: v for m, cfg, where in reader.plan(exp, runs_root / key[0])
-                      if m == method and rounds_run(where) >= cfg.rounds
-                      and (v := client_values(exp, cfg, reader.metrics(cfg, where), view, c.metric)) is not None}
-            if len(values) >= 2:
-                series.append(values)
+            if key not in series:
+                series[key] = {cfg.seed: v for m, cfg, where in reader.plan(exp, runs_root / key[0])
+                               if m == method and rounds_run(where) >= cfg.rounds
+                               and (v := client_values(exp, cfg, reader.metrics(cfg, where), view, c.metric))
+                               is not None}
         for t in o.tests:
             if t.frame is not None and (sd := components(t.frame)) is not None:
                 effect = paper_effect(exp.paper, c.view, c.metric, t.better, t.than)
                 designs.append((f"{c.id}: {t.better} vs {t.than}", sd, t.test.clients or t.frame["client"].nunique(),
                                 effect))
-    placebos = placebo(series)
+    placebos = placebo([values for values in series.values() if len(values) >= 2])
     rng = np.random.default_rng(0)
     null_rates = {name: [] for name in CANDIDATES}
     power_rows = []

@@ -20,11 +20,11 @@ from fedwear.config import KIND_METRICS
 from fedwear.evaluation.naive import NAIVE
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
+    cpu_cell,
     findings,
-    header,
     matching_metrics,
-    numbers_by_method,
-    rounds_cell,
+    pm_cell,
+    runs_cells,
 )
 from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics
@@ -53,19 +53,10 @@ def final_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
              for view, g in last.groupby("view")}
     mse = agg[(agg["view"] == "personalized") & (agg["metric"] == "mse")].set_index("round")["mean"]
     earlier = mse[mse.index <= final - DRIFT_ROUNDS]
-    drift = None
-    if len(earlier) and final in mse.index:
-        drift = (int(earlier.index[-1]), float(mse[final] - earlier.iloc[-1]))
+    drift = ((int(earlier.index[-1]), float(mse[final] - earlier.iloc[-1]))
+             if len(earlier) and final in mse.index else None)
     return {"rounds": final, "of": cfg.rounds, "views": views, "cpu_s": RunFolder(where).cpu_s(at_round),
             "seed": cfg.seed, "drift": drift}
-
-
-def _pm(cells: list[tuple[float, float]]) -> str:
-    if not cells:
-        return "n/a"
-    mean = float(np.mean([c[0] for c in cells]))
-    std = float(np.mean([c[1] for c in cells]))
-    return f"{mean:.3f} ± {std:.3f}"
 
 
 def margins(paper: dict) -> dict[str, float]:
@@ -77,15 +68,13 @@ def margins(paper: dict) -> dict[str, float]:
     return out
 
 
-def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
-                           at_round: int | None = None) -> str:
-    by_method = numbers_by_method(runs, exp.methods, final_numbers, at_round)
+def forecast_lines(exp: Experiment, runs: list[Planned], by_method: dict[str, list[dict]],
+                   at_round: int | None = None) -> list[str]:
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "metrics": list(METRICS), "source": "none"}
     has_ref = bool(paper["rows"])
     margin = margins(paper) if has_ref else {}
     head = " | ".join(f"{LABEL[m]} | paper | Δ" if has_ref else LABEL[m] for m in METRICS)
     lines = [
-        *header(exp, command, out, at_round),
         f"Compared with: {paper['source']}." if has_ref else "No published numbers to compare with.", "",
         "Cells: each client's error on its own test windows at the last round, in bpm² (MSE), bpm (MAE) "
         "and % (MAPE); mean ± population std over clients (unweighted, as the paper), averaged over "
@@ -100,29 +89,23 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
     ]
     warned: set[str] = set()  # methods with a ⚠ in their row
     for method in exp.methods:
-        got = by_method.get(method, [])
+        got = by_method[method]
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
         cells = []
         for m in METRICS:
-            ours = [n["views"].get("personalized", {}).get(m) for n in got]
-            ours = [c for c in ours if c is not None]
-            cells.append(_pm(ours))
+            ours = [c for n in got if (c := n["views"].get("personalized", {}).get(m)) is not None]
+            cells.append(pm_cell(ours, 3))
             if has_ref:
-                cells.append(f"{ref[m][0]:.3f} ± {ref[m][1]:.3f}" if m in ref else "")
-                if m in ref and ours:
-                    d = float(np.mean([c[0] for c in ours])) - ref[m][0]
-                    cells.append(f"{d:+.3f}" + (" ⚠" if abs(d) > margin[m] else ""))
-                else:
-                    cells.append("")
+                d = float(np.mean([c[0] for c in ours])) - ref[m][0] if m in ref and ours else None
+                cells += [f"{ref[m][0]:.3f} ± {ref[m][1]:.3f}" if m in ref else "",
+                          "" if d is None else f"{d:+.3f}" + (" ⚠" if abs(d) > margin[m] else "")]
         if any("⚠" in c for c in cells):
             warned.add(method)
-        seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = rounds_cell(method, got, runs, at_round)
-        cpu = _cpu([n["cpu_s"] for n in got])
         drift = ", ".join(f"{n['drift'][1]:+.3f} ({n['drift'][0]} -> {n['rounds']})"
                           for n in got if n["drift"]) or "-"
-        lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | "
-                     + " | ".join(cells) + f" | {drift} | {cpu} |")
+        lines.append(f"| {method} | {exp.variants.get(method, '')} | {runs_cells(method, got, runs, at_round)} | "
+                     + " | ".join(cells)
+                     + f" | {drift} | {cpu_cell([n['cpu_s'] for n in got])} |")
     lines += findings(exp, warned)
     naive = [n for runs_ in by_method.values() for n in runs_ if n["seed"] == min(r["seed"] for r in runs_)]
     if naive:
@@ -132,17 +115,8 @@ def write_forecast_results(exp: Experiment, runs: list[Planned], path: Path, com
         first = naive[0]["views"]
         for view in NAIVE:
             if view in first:
-                lines.append(f"| {view} | " + " | ".join(_pm([first[view][m]]) for m in METRICS) + " |")
-    text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return text
+                lines.append(f"| {view} | " + " | ".join(pm_cell([first[view][m]], 3) for m in METRICS) + " |")
+    return lines
 
 
-def _cpu(values: list[float]) -> str:
-    v = np.array(values, float)
-    v = v[~np.isnan(v)]
-    return "" if not len(v) else f"{v.mean():.0f}"
-
-
-__all__ = ["write_forecast_results"]
+__all__ = ["final_numbers", "forecast_lines"]

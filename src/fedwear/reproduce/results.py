@@ -14,8 +14,8 @@ import pandas as pd
 from fedwear.compare import Planned
 from fedwear.config import task_kind
 from fedwear.reproduce import Experiment, default_out, experiment, paper_table, plan
-from fedwear.reproduce.budget_results import write_budget_results
-from fedwear.reproduce.forecast_results import write_forecast_results
+from fedwear.reproduce.budget_results import budget_lines, budget_numbers
+from fedwear.reproduce.forecast_results import final_numbers, forecast_lines
 from fedwear.reproduce.run_files import (
     FLAG,
     delta_cell,
@@ -23,11 +23,11 @@ from fedwear.reproduce.run_files import (
     header,
     matching_metrics,
     numbers_by_method,
-    rounds_cell,
+    runs_cells,
     seed_cell,
     with_notes,
 )
-from fedwear.reproduce.views_results import write_views_results
+from fedwear.reproduce.views_results import view_numbers, views_lines
 from fedwear.rundir import RunFolder
 from fedwear.summary import aggregate_metrics, best_round
 
@@ -56,28 +56,15 @@ def run_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
             per_round = float(later["cpu_s"].median())
         else:
             per_round, clock = float(later["wall_s"].median()), "wall"
-    return {
-        "seed": cfg.seed,
-        "rounds": int(metrics["round"].max()),
-        "of": cfg.rounds,
-        "best_round": best,
-        "at_best": {m: 100 * float(at_best.get(m, np.nan)) for m in LABEL},
-        "own_best": {m: 100 * float(own_best.get(m, np.nan)) for m in LABEL},
-        "final": {m: 100 * float(final.get(m, np.nan)) for m in LABEL},
-        "curve": curve,
-        "s_per_round": per_round,
-        "clock": clock,
-    }
+    return {"seed": cfg.seed, "rounds": int(metrics["round"].max()), "of": cfg.rounds, "best_round": best,
+            **{key: {m: 100 * float(values.get(m, np.nan)) for m in LABEL}
+               for key, values in (("at_best", at_best), ("own_best", own_best), ("final", final))},
+            "curve": curve, "s_per_round": per_round, "clock": clock}
 
 
 def rounds_to(curve: pd.Series, target: float) -> int | None:
     hit = curve[curve >= target]
     return int(hit.index.min()) if len(hit) else None
-
-
-def collect(runs: list[Planned], at_round: int | None = None) -> dict[str, list[dict]]:
-    """method -> the numbers of its runs made so far (with their seeds)."""
-    return numbers_by_method(runs, (), run_numbers, at_round)
 
 
 def reference_table(exp: Experiment) -> dict:
@@ -87,7 +74,7 @@ def reference_table(exp: Experiment) -> dict:
     if exp.reference:
         ref = experiment(exp.reference)
         planned = plan(ref, default_out(ref), None)
-        got = collect(planned)
+        got = numbers_by_method(planned, ref.methods, run_numbers)
         rows = {m: [float(np.nanmean([n["at_best"][k] for n in runs])) for k in LABEL]
                 for m, runs in got.items() if runs}
         split = planned[0][1].evaluation.best_split if planned else "test"
@@ -100,42 +87,44 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
                   at_round: int | None = None) -> str:
     """Write ``exp``'s results file at ``path`` from its runs, with the prose of the notes file beside
     it (``run_files.with_notes``); ``at_round``: each run as it stood at that round (rows compared
-    at one budget)."""
+    at one budget). Below the common header, the table's shape: forecasting's, FedAli's views,
+    Meta-HAR's budgets, or ProtoHAR's (:func:`table_lines`)."""
     exp = with_notes(exp, path)
-    if runs and task_kind(runs[0][1]) == "regression":
-        return write_forecast_results(exp, runs, path, command, out, at_round)
-    if exp.writer == "views":
-        return write_views_results(exp, runs, path, command, out, at_round)
-    if exp.writer == "budgets":
-        return write_budget_results(exp, runs, path, command, out, at_round)
-    by_method = collect(runs, at_round)
+    shapes = {"views": (view_numbers, views_lines), "budgets": (budget_numbers, budget_lines)}
+    read, body = ((final_numbers, forecast_lines) if runs and task_kind(runs[0][1]) == "regression"
+                  else shapes.get(exp.writer, (run_numbers, table_lines)))
+    by_method = numbers_by_method(runs, exp.methods, read, at_round)
+    text = "\n".join([*header(exp, command, out, at_round), *body(exp, runs, by_method, at_round)]) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text
+
+
+def table_lines(exp: Experiment, runs: list[Planned], by_method: dict[str, list[dict]],
+                at_round: int | None = None) -> list[str]:
     paper = reference_table(exp)
     ref_label = paper.get("label", "paper")
     has_ref = bool(paper["rows"])
-    ref_cols = (lambda m: f"{LABEL[m]} | {ref_label} | Δ") if has_ref else (lambda m: LABEL[m])
-    cfg0 = runs[0][1]
+    ev = runs[0][1].evaluation
     lines = [
-        *header(exp, command, out, at_round),
         f"Compared with ({ref_label}): {paper['source']}." if has_ref else "No published numbers to compare with.",
         "",
         f"## Ours{' next to the ' + ref_label if has_ref else ''} (personalized view; each run's best round by "
-        f"{cfg0.evaluation.best_metric} on the {cfg0.evaluation.best_split} split, "
-        f"{cfg0.evaluation.client_weights}-weighted over clients)",
+        f"{ev.best_metric} on the {ev.best_split} split, {ev.client_weights}-weighted over clients)",
         "",
         "Cells: mean ± population std over the seeds listed, in %."
         + (f" Δ = ours − {ref_label}; ⚠ where |Δ| > {FLAG:g} points." if has_ref else ""),
         "",
-        "| Method | implementation | seeds | rounds run | " + " | ".join(ref_cols(m) for m in LABEL)
+        "| Method | implementation | seeds | rounds run | "
+        + " | ".join(f"{LABEL[m]} | {ref_label} | Δ" if has_ref else LABEL[m] for m in LABEL)
         + " | best round | CPU-s/round (1 thread) |",
         "|" + "---|" * (5 + (3 if has_ref else 1) * len(LABEL) + 1),
     ]
     warned: set[str] = set()  # methods with a ⚠ in their row
-    runs_of = {method: (",".join(str(n["seed"]) for n in by_method.get(method, [])) or "-",
-                        rounds_cell(method, by_method.get(method, []), runs, at_round)) for method in exp.methods}
+    runs_of = {m: runs_cells(m, got, runs, at_round) for m, got in by_method.items()}
     for method in exp.methods:
-        got = by_method.get(method, [])
+        got = by_method[method]
         ref = dict(zip(paper["metrics"], paper["rows"].get(method, []) or [], strict=False))
-        seeds, rounds = runs_of[method]
         cells = []
         for m in LABEL:
             ours = [n["at_best"][m] for n in got]
@@ -144,31 +133,22 @@ def write_results(exp: Experiment, runs: list[Planned], path: Path, command: str
         if any("⚠" in c for c in cells):
             warned.add(method)
         best = ", ".join(str(n["best_round"]) for n in got)
-        speed = seed_cell([n["s_per_round"] for n in got])
-        if any(n["clock"] == "wall" for n in got):
-            speed += " (wall s)"
-        lines.append(f"| {method} | {exp.variants.get(method, '')} | {seeds} | {rounds} | " + " | ".join(cells)
+        speed = seed_cell([n["s_per_round"] for n in got]) + (" (wall s)" if any(n["clock"] == "wall" for n in got) else "")
+        lines.append(f"| {method} | {exp.variants.get(method, '')} | {runs_of[method]} | " + " | ".join(cells)
                      + f" | {best} | {speed} |")
     lines += findings(exp, warned)
-    lines += ["", "Each metric at its own best round (the maximum over rounds of each metric separately, "
-              "as the code's `ResultLogging.average_data` would report):", "",
-              "| Method | seeds | rounds run | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (3 + len(LABEL))]
-    for method in exp.methods:
-        if got := by_method.get(method, []):
-            lines.append(f"| {method} | {' | '.join(runs_of[method])} | "
-                         + " | ".join(seed_cell([n["own_best"][m] for n in got]) for m in LABEL) + " |")
-    lines += ["", "Final round (no selection):", "",
-              "| Method | seeds | rounds run | " + " | ".join(LABEL.values()) + " |", "|" + "---|" * (3 + len(LABEL))]
-    for method in exp.methods:
-        if got := by_method.get(method, []):
-            lines.append(f"| {method} | {' | '.join(runs_of[method])} | "
-                         + " | ".join(seed_cell([n["final"][m] for n in got]) for m in LABEL) + " |")
+    for title, key in (("Each metric at its own best round (the maximum over rounds of each metric separately, "
+                        "as the code's `ResultLogging.average_data` would report):", "own_best"),
+                       ("Final round (no selection):", "final")):
+        lines += ["", title, "", "| Method | seeds | rounds run | " + " | ".join(LABEL.values()) + " |",
+                  "|" + "---|" * (3 + len(LABEL))]
+        for method in exp.methods:
+            if got := by_method[method]:
+                lines.append(f"| {method} | {runs_of[method]} | "
+                             + " | ".join(seed_cell([n[key][m] for n in got]) for m in LABEL) + " |")
     if exp.rounds_table:
         lines += _rounds_section(exp, by_method)
-    text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return text
+    return lines
 
 
 def _rounds_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str]:
@@ -176,8 +156,8 @@ def _rounds_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[s
     lines = ["", "## Rounds to reach a target accuracy (seed 0)", "",
              f"Paper: {ref['source']}. The target is the best accuracy of the target method's seed-0 run; "
              "'never' = not reached in the rounds run.", ""]
+    seed0 = {m: next((n for n in runs if n["seed"] == 0), None) for m, runs in by_method.items()}
     for key, target_method in (("fedavg_target", "fedavg"), ("fedrep_target", "fedrep")):
-        seed0 = {m: next((n for n in runs if n["seed"] == 0), None) for m, runs in by_method.items()}
         base = seed0.get(target_method)
         if base is None:
             continue

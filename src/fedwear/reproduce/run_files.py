@@ -25,19 +25,19 @@ def matching_metrics(cfg: RunConfig, where: Path, at_round: int | None = None) -
     """``where``'s ``metrics.csv`` when the folder holds a run of ``cfg`` (same config hash) with at
     least one evaluated round (up to ``at_round`` when given: the run as it stood then); None when
     it was not run yet or is a run of another config."""
-    if not (where / files.METRICS).exists() or not (where / files.CONFIG).exists():
-        return None
-    if RunFolder(where).of_another_config(cfg):
+    if not (where / files.METRICS).exists() or not (where / files.CONFIG).exists() \
+            or RunFolder(where).of_another_config(cfg):
         return None
     metrics = RunFolder(where).table(files.METRICS, at_round=at_round)
     return None if metrics.empty else metrics
 
 
-def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]],
-                at_round: int | None = None) -> str:
-    """A results row's "rounds run": each shown run's rounds / planned, or "not run"; the seeds
-    left out are named: runs still short of ``at_round`` (as :func:`numbers_by_method` leaves
-    them out) and runs of an earlier config of the table (compared with nothing)."""
+def runs_cells(method: str, got: list[dict], runs: list[tuple[str, RunConfig, Path]],
+               at_round: int | None = None) -> str:
+    """A results row's "seeds | rounds run": the seeds of the runs shown (``-`` without any), and
+    each one's rounds / planned, or "not run"; the seeds left out are named: runs still short of
+    ``at_round`` (as :func:`numbers_by_method` leaves them out) and runs of an earlier config of
+    the table (compared with nothing)."""
     short, earlier = [], []
     for m, cfg, where in runs:
         if m != method:
@@ -46,10 +46,11 @@ def rounds_cell(method: str, got: list[dict], runs: list[tuple[str, RunConfig, P
             earlier.append(f"s{cfg.seed}")
         elif at_round is not None and short_of(where, at_round) and (done := rounds_run(where)) > 0:
             short.append(f"s{cfg.seed}: {done}/{cfg.rounds}")
-    text = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or ("none shown" if short else "not run")
+    seeds = ",".join(str(n["seed"]) for n in got) or "-"
+    rounds = ", ".join(f"{n['rounds']}/{n['of']}" for n in got) or ("none shown" if short else "not run")
     notes = [f"{', '.join(short)}, short of round {at_round}"] if short else []
     notes += [f"{', '.join(earlier)}: runs of an earlier config, rerun with --overwrite"] if earlier else []
-    return text + (f" ({'; '.join(notes)})" if notes else "")
+    return f"{seeds} | {rounds}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def short_of(where: Path, at_round: int) -> bool:
@@ -88,10 +89,7 @@ def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[st
     by_method: dict[str, list[dict]] = {m: [] for m in methods}
     for method, cfg, where in runs:
         by_method.setdefault(method, [])
-        if at_round is not None and short_of(where, at_round):
-            continue
-        nums = read(cfg, where, at_round)
-        if nums is not None:
+        if (at_round is None or not short_of(where, at_round)) and (nums := read(cfg, where, at_round)) is not None:
             by_method[method].append(nums)
     return by_method
 
@@ -100,17 +98,12 @@ def numbers_by_method(runs: list[tuple[str, RunConfig, Path]], methods: tuple[st
 NOTES = {"protocol": "notes", "variants": "variants", "differences": "differences", "flagged": "flagged"}
 
 
-def notes_file(results: Path) -> Path:
-    """Where the notes of a results file live: ``notes/<its name>.yaml`` in its folder."""
-    return results.parent / "notes" / f"{results.stem}.yaml"
-
-
 def with_notes(exp: Experiment, results: Path) -> Experiment:
-    """``exp`` with the prose of the results file at ``results``, read from :func:`notes_file`:
-    the protocol, each row's implementation, the known differences from the authors' run and the
-    findings of flagged rows. Unchanged where there is no such file (fedwear installed without the
-    repository, or a results file written elsewhere)."""
-    path = notes_file(results)
+    """``exp`` with the prose of the results file at ``results``, read from its notes file,
+    ``notes/<its name>.yaml`` in its folder: the protocol, each row's implementation, the known
+    differences from the authors' run and the findings of flagged rows. Unchanged where there is
+    no such file (fedwear installed without the repository, or a results file written elsewhere)."""
+    path = results.parent / "notes" / f"{results.stem}.yaml"
     if not path.is_file():
         return exp
     notes = yaml.safe_load(path.read_text()) or {}
@@ -154,10 +147,15 @@ def findings(exp: Experiment, warned: set[str]) -> list[str]:
 FLAG = 2.0
 
 
+def _present(values: list[float | None]) -> np.ndarray:
+    """``values`` without the missing ones (None, NaN)."""
+    v = np.array([x for x in values if x is not None], float)
+    return v[~np.isnan(v)]
+
+
 def delta_cell(ours: list[float | None], paper: float | None) -> str:
     """Ours (mean over seeds) minus the paper's, ⚠ past ``FLAG`` points; empty without both."""
-    v = np.array([x for x in ours if x is not None], float)
-    v = v[~np.isnan(v)]
+    v = _present(ours)
     if paper is None or not len(v):
         return ""
     d = v.mean() - paper
@@ -167,11 +165,23 @@ def delta_cell(ours: list[float | None], paper: float | None) -> str:
 def seed_cell(values: list[float | None]) -> str:
     """A results cell over seeds: the mean, ± population std when there are several; missing
     (None, NaN) values left out, ``n/a`` when none is left."""
-    v = np.array([x for x in values if x is not None], float)
-    v = v[~np.isnan(v)]
+    v = _present(values)
     if not len(v):
         return "n/a"
     return f"{v.mean():.2f}" if len(v) == 1 else f"{v.mean():.2f} ± {v.std():.2f}"
+
+
+def cpu_cell(values: list[float | None]) -> str:
+    """The mean of the runs' CPU seconds, whole; empty when none has one."""
+    v = _present(values)
+    return f"{v.mean():.0f}" if len(v) else ""
+
+
+def pm_cell(cells: list[tuple[float, float]], digits: int) -> str:
+    """Mean ± std over clients, each averaged over the runs (seeds) in ``cells``; ``n/a`` without runs."""
+    if not cells:
+        return "n/a"
+    return f"{np.mean([c[0] for c in cells]):.{digits}f} ± {np.mean([c[1] for c in cells]):.{digits}f}"
 
 
 def context_section(paper: dict) -> list[str]:

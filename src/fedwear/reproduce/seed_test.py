@@ -70,18 +70,12 @@ class SeedTest:
     design: str
 
 
-def differences_frame(d: pd.DataFrame) -> pd.DataFrame:
-    """``d`` (columns seed, client, diff) without NaN, one row per (seed, client)."""
-    d = d.dropna(subset=["diff"])
-    return d.groupby(["seed", "client"], as_index=False)["diff"].mean()
-
-
 def seed_client_test(d: pd.DataFrame, margin: float = 0.0, floor_df: str = "seeds") -> SeedTest:
     """Test of ``d`` (columns seed, client, diff; positive: as claimed) as the module says; the
     effect is the mean the test is about: over the clients at every seed (crossed), of the seeds'
     means (nested), of the clients' differences (one seed). ``floor_df``: the degrees of freedom
     where the variance is held at its floor (:func:`crossed_mean_se`)."""
-    d = differences_frame(d)
+    d = d.dropna(subset=["diff"]).groupby(["seed", "client"], as_index=False)["diff"].mean()  # one row each
     seeds = d["seed"].nunique()
     effect = float(d.groupby("client")["diff"].mean().mean()) if len(d) else float("nan")
     nan = float("nan")
@@ -129,10 +123,8 @@ def _t_result(mean: float, se: float, df: float, margin: float, seeds: int, clie
               design: str) -> SeedTest:
     mean, se, df = float(mean), float(se), float(df)
     if not se > 0:  # every difference the same: no spread to test against
-        p = 0.0 if mean + margin != 0 else 1.0
-        return SeedTest(mean, mean, mean, p, df, seeds, clients, design)
-    t = (mean + margin) / se
-    p = float(2 * stats.t.sf(abs(t), df))
+        return SeedTest(mean, mean, mean, 0.0 if mean + margin != 0 else 1.0, df, seeds, clients, design)
+    p = float(2 * stats.t.sf(abs((mean + margin) / se), df))
     half = float(stats.t.ppf(1 - ALPHA / 2, df) * se)
     return SeedTest(mean, mean - half, mean + half, p, df, seeds, clients, design)
 

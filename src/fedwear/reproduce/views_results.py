@@ -26,11 +26,10 @@ from fedwear.config import EvaluationConfig
 from fedwear.reproduce import Experiment, paper_table
 from fedwear.reproduce.run_files import (
     context_section,
-    header,
     matching_metrics,
-    numbers_by_method,
-    rounds_cell,
+    pm_cell,
     rounds_run,
+    runs_cells,
     seed_cell,
 )
 from fedwear.rundir import RunFolder
@@ -80,8 +79,7 @@ def _cost(where: Path, at_round: int | None) -> dict:
         t = t[t["round"] > 0]
         if len(t) and "cpu_s" in t:
             out["cpu_s"] = float(t["cpu_s"].median())
-    rounds = where / files.ROUNDS
-    if rounds.exists():
+    if (where / files.ROUNDS).exists():
         r = RunFolder(where).table(files.ROUNDS, at_round=at_round)
         r = r[r["round"] > 0]
         if len(r):
@@ -92,17 +90,9 @@ def _cost(where: Path, at_round: int | None) -> dict:
     return out
 
 
-def _pm(cells: list[tuple[float, float]]) -> str:
-    if not cells:
-        return "n/a"
-    return f"{np.mean([c[0] for c in cells]):.2f} ± {np.mean([c[1] for c in cells]):.2f}"
-
-
-def write_views_results(exp: Experiment, runs: list[Planned], path: Path, command: str, out: Path,
-                        at_round: int | None = None) -> str:
-    by_method = numbers_by_method(runs, exp.methods, view_numbers, at_round)
+def views_lines(exp: Experiment, runs: list[Planned], by_method: dict[str, list[dict]],
+                at_round: int | None = None) -> list[str]:
     lines = [
-        *header(exp, command, out, at_round),
         _cells_text(runs[0][1].evaluation) if runs else "", "",
         "| Method | implementation | seeds | rounds run | best round | Personalization | "
         "Generalization | Global acc / F1 (round) |",
@@ -110,24 +100,20 @@ def write_views_results(exp: Experiment, runs: list[Planned], path: Path, comman
     ]
     for method in exp.methods:
         got = by_method[method]
-        seeds = ",".join(str(n["seed"]) for n in got) or "-"
-        rounds = rounds_cell(method, got, runs, at_round)
         best = ", ".join(str(n["best_round"]) for n in got)
         glob = [n["global"] for n in got if "global" in n]
         gcell = (f"{seed_cell([g[0] for g in glob])} / {seed_cell([g[1] for g in glob])} "
                  f"({', '.join(str(g[2]) for g in glob)})") if glob else "N/A"
         mark = " †" if any(n["per_client"] for n in got) else ""
         lines.append(
-            f"| {method}{mark} | {exp.variants.get(method, '')} | {seeds} | {rounds} | {best} | "
-            f"{_pm([n['personalized'] for n in got if 'personalized' in n])} | "
-            f"{_pm([n['generalization'] for n in got if 'generalization' in n])} | {gcell} |")
+            f"| {method}{mark} | {exp.variants.get(method, '')} | {runs_cells(method, got, runs, at_round)} | "
+            f"{best} | "
+            f"{pm_cell([n['personalized'] for n in got if 'personalized' in n], 2)} | "
+            f"{pm_cell([n['generalization'] for n in got if 'generalization' in n], 2)} | {gcell} |")
     lines += _cost_section(exp, by_method)
     if exp.paper:
         lines += context_section(paper_table(exp.paper))
-    text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return text
+    return lines
 
 
 def _cells_text(ev: EvaluationConfig) -> str:
@@ -186,4 +172,4 @@ def _cost_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[str
     return lines
 
 
-__all__ = ["view_numbers", "write_views_results"]
+__all__ = ["view_numbers", "views_lines"]
