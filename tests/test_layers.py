@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fedwear.commands",),
     ("fedwear.flower_app",),
     ("fedwear.reproduce",),
-    ("fedwear.compare", "fedwear.report", "fedwear.tune"),
+    ("fedwear.compare", "fedwear.report", "fedwear.tune", "fedwear.export", "fedwear.device_cost"),
     ("fedwear.api", "fedwear.config_reference"),
     ("fedwear.rundir", "fedwear.summary"),
     ("fedwear.callbacks", "fedwear.tracking"),

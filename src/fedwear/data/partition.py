@@ -273,11 +273,13 @@ def _normalise(
     if mode == "global":
         pool = clients + new if leaky else clients
         pooled = channel_stats([s.x for c in pool for s in _splits(c, leaky)])
+    stats = {}  # what a deployed model's input must be scaled with (fedwear export)
     for c in clients + new:
         mean, std = pooled or channel_stats([s.x for s in _splits(c, leaky)])
         c.train, c.val, c.test = (apply_stats(s, mean, std) for s in (c.train, c.val, c.test))
+        stats[c.client_id] = {"mean": np.asarray(mean).tolist(), "std": np.asarray(std).tolist()}
     if pooled is None:
-        return {"mode": mode}
+        return {"mode": mode, "clients": stats}
     return {"mode": mode, "mean": pooled[0].tolist(), "std": pooled[1].tolist()}
 
 

@@ -1,0 +1,47 @@
+"""``fedwear export``: a finished run's personalized models (or its global model) as ONNX files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedwear.cli.common import one_line_errors
+
+
+def export(
+    run: Annotated[Path, typer.Argument(help="a run directory (from `fedwear run`) with its checkpoint.npz")],
+    client: Annotated[list[str] | None, typer.Option(
+        help="this training client's model (repeat for several; default: every training client's)")] = None,
+    global_model: Annotated[bool, typer.Option(
+        "--global", help="the global model instead of the personalized ones")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="onnx")] = "onnx",
+    out: Annotated[Path | None, typer.Option(help="folder for the files (default RUN/export)")] = None,
+    root: Annotated[Path | None, typer.Option(
+        help="the dataset folder, instead of dataset.root of the run's config.yaml")] = None,
+    cost: Annotated[bool, typer.Option(
+        "--cost/--no-cost", help="measure parameters, MACs, size in fp32 and int8, and latency")] = True,
+) -> None:
+    """Write each client's personalized model as its personalized view evaluates it (an ONNX file
+    and a JSON naming its input, outputs, parity check and on-device cost)."""
+    from fedwear.errors import FedwearError
+    from fedwear.export import FORMATS, export_run
+
+    with one_line_errors():
+        if fmt not in FORMATS:
+            raise FedwearError(f"--format {fmt}: fedwear exports {', '.join(FORMATS)}")
+        if client and global_model:
+            raise FedwearError("--client and --global: export the personalized models or the global one, not both")
+        target = out or run / "export"
+
+        def done(e) -> None:
+            p, c = e.meta["parity"], e.meta.get("cost")
+            line = f"{e.path}: max |ONNX - PyTorch| {p['max_abs_diff']:.1e} on {p['windows']} test windows"
+            if c:
+                line += (f"; {c['parameters']:,} parameters, {c['macs_per_window']:,} MACs/window, "
+                         f"{c['bytes_fp32'] / 1024:.1f} KiB (int8 {c['bytes_int8'] / 1024:.1f} KiB), "
+                         f"{c['latency_ms_fp32']:.3f} ms/window on 1 thread")
+            typer.echo(line)
+
+        export_run(run, target, client, global_model, root, cost, on_done=done)

@@ -1,0 +1,200 @@
+"""``fedwear export``: a finished run's models as files a phone or a watch runs.
+
+Each training client's personalized model is the predictor its personalized view evaluates
+(:func:`fedwear.report.embeddings.client_predictor`: the method's own personal parts, the
+checkpoint's round, ``personalize`` seeded as the run seeds it); ``--global`` exports the
+global model instead. An ONNX file is written with a JSON beside it naming what the model
+expects (window length, channels in order, sampling rate, the normalisation to apply) and what
+it answers (classes in output order, or the forecast's units); the JSON also holds the
+parity check (onnxruntime against PyTorch on the client's test windows) and the on-device cost
+(:mod:`fedwear.device_cost`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedwear.data.types import ClientData, FederatedData
+from fedwear.device_cost import measure, onnx_outputs
+from fedwear.errors import FedwearError
+from fedwear.evaluation.predictor import Predictor, as_predictor
+from fedwear.report.embeddings import Restored, client_predictor, restore_run
+
+FORMATS = ("onnx",)
+#: Parity: ONNX outputs within this of PyTorch's, and the same predicted classes.
+TOLERANCE = 1e-5
+
+
+def _needs_onnx():
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise FedwearError("fedwear export needs onnx, onnxscript and onnxruntime: pip install 'fedwear[export]'"
+                           ) from None
+    return onnxruntime
+
+
+class AsModule(torch.nn.Module):
+    """A predictor as one module for the exporter: the modules behind its body and head become
+    submodules, so their weights are the graph's initializers."""
+
+    def __init__(self, predictor: Predictor) -> None:
+        super().__init__()
+        self.predictor = predictor
+        self.parts = torch.nn.ModuleList(_modules_behind(predictor.body) + _modules_behind(predictor.head))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predictor(x)
+
+
+def _modules_behind(fn: Callable | None) -> list[torch.nn.Module]:
+    """The modules a body or head calls: itself, the module of a bound method, those its
+    closure holds."""
+    if fn is None:
+        return []
+    if isinstance(fn, torch.nn.Module):
+        return [fn]
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        return [owner]
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    return [c for c in cells if isinstance(c, torch.nn.Module)]
+
+
+def export_onnx(module: torch.nn.Module, example: torch.Tensor, path: Path, output: str) -> None:
+    """``module`` as an ONNX file with a batch axis of any size: the TorchScript exporter (seconds),
+    or torch.export's (a minute for a transformer) where tracing cannot capture a weight."""
+    names = {"input_names": ["windows"], "output_names": [output]}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the exporters' deprecation and tracer notes, not the user's to act on
+        try:
+            torch.onnx.export(module, (example,), str(path), dynamo=False,
+                              dynamic_axes={"windows": {0: "batch"}, output: {0: "batch"}}, **names)
+        except RuntimeError:
+            torch.onnx.export(module, (example,), str(path), dynamo=True, external_data=False,
+                              dynamic_shapes=({0: torch.export.Dim("batch")},), **names)
+
+
+@dataclass
+class Parity:
+    """onnxruntime against PyTorch on a client's test windows."""
+
+    windows: int
+    max_abs_diff: float
+    same_predictions: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs_diff <= TOLERANCE and self.same_predictions
+
+
+def parity(predictor: Predictor, path: Path, x: np.ndarray, kind: str) -> Parity:
+    """The ONNX file ``path`` against ``predictor``, the model the run evaluates, on windows ``x``."""
+    _needs_onnx()
+    with torch.no_grad():
+        expected = predictor(torch.from_numpy(np.ascontiguousarray(x, np.float32))).float().numpy()
+    got = onnx_outputs(path, x)
+    if got.shape != expected.shape:
+        return Parity(len(x), math.inf, False)
+    same = kind == "regression" or bool((got.argmax(1) == expected.argmax(1)).all())
+    return Parity(len(x), float(np.abs(got - expected).max()) if len(x) else 0.0, same)
+
+
+def input_spec(data: FederatedData, client: str | None) -> dict:
+    """What the model expects: windows of ``window`` samples at ``rate_hz`` of ``channels`` in
+    this order (float32, shape ``[batch, window, channels]``), normalised as the run normalised them."""
+    norm = dict(data.info.get("normalize") or {"mode": "none"})
+    per_client = norm.pop("clients", None)
+    if per_client is not None:
+        norm.update(per_client.get(client, {}) if client else {"note": "per client: export a client's model"})
+    if "mean" in norm:
+        norm["apply"] = "each channel: (x - mean) / std, with the statistics above"
+    return {"name": "windows", "dtype": "float32", "shape": ["batch", data.window, len(data.channels)],
+            "window": data.window, "rate_hz": data.rate_hz, "seconds": data.window / data.rate_hz,
+            "channels": list(data.channels), "normalization": norm}
+
+
+def output_spec(data: FederatedData, predictor: Predictor) -> dict:
+    if data.kind == "regression":
+        shift, scale = data.target
+        return {"name": "forecast", "kind": "regression", "to_units": f"value * {scale:g} + {shift:g}"}
+    labels = predictor.classes if predictor.classes is not None else range(data.num_classes)
+    return {"name": "logits", "kind": "classification", "classes": [data.class_names[k] for k in labels]}
+
+
+@dataclass
+class Exported:
+    client: str  # "global" for the global model
+    path: Path
+    meta: dict
+
+
+def _one(restored: Restored, client: ClientData | None, out: Path, cost: bool) -> Exported:
+    method, data, cfg, ckpt = restored.method, restored.data, restored.cfg, restored.checkpoint
+    if client is None:
+        message = method.global_message(ckpt["server"])
+        if message is None:
+            raise FedwearError(f"{restored.run.path}: method {cfg.method} has no global model; export a client's "
+                               "(--client ID) or every client's")
+        predictor, name, windows = as_predictor(method.global_predictor(message)), "global", None
+    else:
+        found = client_predictor(method, ckpt, client, cfg)
+        if found is None:
+            raise FedwearError(f"{restored.run.path}: method {cfg.method} has no personal model to export "
+                               "(its personalized view evaluates none); try --global")
+        predictor, name, windows = as_predictor(found), client.client_id, client.test.x
+    module = AsModule(predictor).eval()
+    path = out / f"{name}.onnx"
+    example = torch.from_numpy(np.ascontiguousarray((windows if windows is not None else
+                                                     data.clients[0].test.x)[:2], np.float32))
+    kind = "forecast" if data.kind == "regression" else "logits"
+    export_onnx(module, example, path, kind)
+    check = parity(predictor, path, windows if windows is not None else
+                   np.concatenate([c.test.x for c in data.clients]), data.kind)
+    if not check.ok:
+        path.unlink()
+        raise FedwearError(f"{path}: the ONNX model does not compute what the run evaluates (max |difference| "
+                           f"{check.max_abs_diff:.2e} on {check.windows} test windows, same predictions: "
+                           f"{check.same_predictions}); nothing was written for it")
+    meta = {"format": "onnx", "file": path.name, "run": str(restored.run.path), "method": cfg.method,
+            "round": int(ckpt["round"]), "model": cfg.model.name,
+            "view": "global" if client is None else "personalized", "client": None if client is None else name,
+            "input": input_spec(data, None if client is None else name), "output": output_spec(data, predictor),
+            "parity": {"windows": check.windows, "max_abs_diff": check.max_abs_diff,
+                       "same_predictions": check.same_predictions, "tolerance": TOLERANCE}}
+    if cost:
+        meta["cost"] = measure(module, path, data, client, predictor.classes)
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return Exported(name, path, meta)
+
+
+def export_run(run_dir: Path, out: Path, clients: list[str] | None = None, global_model: bool = False,
+               root: Path | None = None, cost: bool = True, on_done: Callable[[Exported], None] | None = None
+               ) -> list[Exported]:
+    """Every training client's personalized model of the run in ``run_dir`` (``clients``: those
+    only; ``global_model``: the global model) as ONNX files in ``out``, each with its JSON."""
+    _needs_onnx()
+    restored = restore_run(Path(run_dir), root)
+    by_id = {c.client_id: c for c in restored.data.clients}
+    unknown = [c for c in clients or [] if c not in by_id]
+    if unknown:
+        raise FedwearError(f"--client {unknown[0]}: not a training client of {run_dir} (its clients: "
+                           f"{', '.join(by_id)})")
+    out.mkdir(parents=True, exist_ok=True)
+    chosen: list[ClientData | None] = [None] if global_model else [by_id[c] for c in clients or by_id]
+    done = []
+    for client in chosen:
+        done.append(_one(restored, client, out, cost))
+        if on_done:
+            on_done(done[-1])
+    return done
