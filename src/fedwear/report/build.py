@@ -39,11 +39,11 @@ def all_plots(groups: Groups, out: Path, reference: str | None = None,
     order: the headline (:func:`~fedwear.report.headline.headline_plot`), the curves, the
     per-client distributions, the per-class figures (:mod:`fedwear.report.classes`), the cost,
     then bytes, training loss and wall time."""
-    first = [p for p in (headline_plot(groups, out, reference, paper), curve_plot(groups, out)) if p]
-    cost = cost_plot(groups, out)
-    return [*first, *distribution_plots(groups, out), *classification_plots(groups, out)[0],
-            *([cost] if cost else []), bytes_plot(groups, out, "up"), bytes_plot(groups, out, "down"),
-            loss_plot(groups, out), timing_plot(groups, out)]
+    plots = [headline_plot(groups, out, reference, paper), curve_plot(groups, out),
+             *distribution_plots(groups, out), *classification_plots(groups, out)[0], cost_plot(groups, out),
+             bytes_plot(groups, out, "up"), bytes_plot(groups, out, "down"), loss_plot(groups, out),
+             timing_plot(groups, out)]
+    return [p for p in plots if p]  # headline, curves, cost: None when no round was evaluated
 
 
 def _config_values(runs: list[Run], *keys: str) -> str:

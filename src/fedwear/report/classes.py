@@ -100,18 +100,17 @@ def classification_plots(groups: Groups, out: Path) -> tuple[list[Plot], str | N
     missing = missing_confusion(groups)
     note = f"{NO_FILE}: {runs_text(missing)}; rerun them to get these figures" if missing else None
     names = class_labels(runs)
+    if not names:
+        return [], note
     q = len(names)
     plots: list[Plot] = []
-    if q == 0:
-        return plots, note
     for base in BASES:
         chosen: dict[str, tuple[str, list[np.ndarray], list[Run]]] = {}
         for method, rs in groups.items():
             view = view_for(rs, base)
             if view is None:
                 continue
-            pairs = [(r, run_matrix(r, view, q)) for r in rs]
-            pairs = [(r, m) for r, m in pairs if m is not None]
+            pairs = [(r, m) for r in rs if (m := run_matrix(r, view, q)) is not None]
             if pairs:
                 chosen[method] = (view, [m for _, m in pairs], [r for r, _ in pairs])
         if chosen:
@@ -154,9 +153,8 @@ def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: 
                                 color="white" if pct[t, p] > 55 else "black")
         ax.set_xticks(range(q), names, rotation=90, fontsize=font + 0.5)
         ax.set_yticks(range(q), names, fontsize=font + 0.5)
-        ax.set_xlabel("predicted class")
-        ax.set_ylabel("true class")
-        ax.set_title(f"{method}: {view}\n{int(total.sum())} windows, {n_seeds(len(rs))}")
+        ax.set(xlabel="predicted class", ylabel="true class",
+               title=f"{method}: {view}\n{int(total.sum())} windows, {n_seeds(len(rs))}")
     for ax in axes[n:]:
         ax.set_axis_off()
     if image is not None:
@@ -197,10 +195,8 @@ def _f1_plot(base: str, chosen: dict, names: list[str], groups: Groups, out: Pat
         labels.append(f"{method} ({view}; mean over classes {macro:.1f})")
     set_range(ax, 0.0, 100.0)
     ax.set_xticks(range(q), names)
-    ax.set_xlim(-0.6, q - 0.4)
-    ax.set_ylabel("F1 (%)")
+    ax.set(xlim=(-0.6, q - 0.4), ylabel="F1 (%)", title=f"per-class F1, {base} view")
     ax.grid(axis="y", alpha=0.3, zorder=0)
-    ax.set_title(f"per-class F1, {base} view")
     handles = [Patch(color=col[m]) for m in chosen]
     fig.legend(handles, labels, loc="outside lower center", ncol=min(k, 2), frameon=False)
     fit_tick_labels(ax)

@@ -237,17 +237,15 @@ def body_embeddings(m: Method, checkpoint: dict, clients: list[ClientData], cfg:
     or why there is none."""
     if why := missing_states(m, checkpoint):
         return why
-    bs = cfg.evaluation.batch_size
     out = Bodies({})
     for c in clients:
-        cid = c.client_id
         pred, kept = personal_model(m, checkpoint, c, cfg)
         out.kept |= kept
         if not isinstance(pred, Predictor) or pred.head is None:
             return ("its personal predictor has no separate body (no features before a head)"
                     if pred is not None else "it has no personal predictor")
-        z = forward(pred.body, c.test.x, bs, pred.device).float().numpy()
-        out.z[cid] = z.reshape(len(z), -1)
+        z = forward(pred.body, c.test.x, cfg.evaluation.batch_size, pred.device).float().numpy()
+        out.z[c.client_id] = z.reshape(len(z), -1)
     return out
 
 
@@ -293,9 +291,10 @@ class Restored:
 
 def restore(run: Run, root: Path | None = None, data_cache: dict | None = None
             ) -> Restored | Skipped:
-    """``run``'s config, checkpoint.npz, method and data, or why it cannot be rebuilt (no
-    checkpoint, a checkpoint of another config, a wrapper method). A missing data folder raises
-    :class:`FedwearError` (see :func:`run_config`)."""
+    """``run``'s config, checkpoint.npz, method (not wrapped: ``privacy.dp`` changes training, not
+    the evaluated model) and data (shared between runs of the same data settings through
+    ``data_cache``), or why it cannot be rebuilt (no checkpoint, a checkpoint of another config, a
+    wrapper method). A missing data folder raises :class:`FedwearError` (see :func:`run_config`)."""
     ckpt_path = run.path / CHECKPOINT
     if not ckpt_path.is_file():
         return Skipped(run.method, run.seed, f"no {CHECKPOINT} in {run.path.name} "
@@ -305,12 +304,16 @@ def restore(run: Run, root: Path | None = None, data_cache: dict | None = None
     if ckpt.get("config_hash") != cfg.hash():
         return Skipped(run.method, run.seed, f"{CHECKPOINT} belongs to another config "
                        "(its config hash differs from config.yaml's)")
-    m = build_method_for(cfg, run, data_cache)
-    if isinstance(m, Skipped):
-        return m
-    method, data = m
+    cache = {} if data_cache is None else data_cache
+    key = (cfg.dataset.model_dump_json(), cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
+    if key not in cache:
+        cache[key] = load_data(cfg)
+    data = cache[key]
+    m = build_method(Task.of(cfg, data))
+    if not all(callable(getattr(m, h, None)) for h in ("configure", "personalize", "personal_predictor")):
+        return Skipped(run.method, run.seed, "it is a wrapper without the evaluation hooks")
     ckpt["clients"] = saved_states(ckpt.get("clients") or {}, run.path)  # client_states=disk: files
-    return Restored(run, cfg, ckpt, method, data)
+    return Restored(run, cfg, ckpt, m, data)
 
 
 def restore_run(path: Path, root: Path | None = None) -> Restored:
@@ -320,21 +323,6 @@ def restore_run(path: Path, root: Path | None = None) -> Restored:
     if isinstance(out, Skipped):
         raise FedwearError(f"{path}: {out.reason}")
     return out
-
-
-def build_method_for(cfg: RunConfig, run: Run, data_cache: dict | None = None
-                     ) -> tuple[Method, FederatedData] | Skipped:
-    """The run's method (not wrapped: ``privacy.dp`` changes training, not the evaluated model)
-    and its data (shared between runs of the same data settings through ``data_cache``)."""
-    cache = {} if data_cache is None else data_cache
-    key = (cfg.dataset.model_dump_json(), cfg.dataset.seed if cfg.dataset.seed is not None else cfg.seed)
-    if key not in cache:
-        cache[key] = load_data(cfg)
-    data = cache[key]
-    m = build_method(Task.of(cfg, data))
-    if not all(callable(getattr(m, h, None)) for h in ("configure", "personalize", "personal_predictor")):
-        return Skipped(run.method, run.seed, "it is a wrapper without the evaluation hooks")
-    return m, data
 
 
 # ---- t-SNE and the figure -------------------------------------------------------------------
@@ -432,8 +420,7 @@ def embedding_plot(groups: Groups, out: Path, root: Path | None = None) -> Plot:
     for ax in axes[len(results):]:
         ax.set_axis_off()
     for ax, (method, r) in zip(axes, results.items(), strict=False):
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
         if isinstance(r, Skipped):
             draw_skipped(ax, f"{method} (seed {r.seed})", r.reason)
             continue

@@ -173,9 +173,8 @@ def forecast_figure(fc: Forecast | Skipped, color: str = "C1") -> Figure:
         ax.plot(tt, true, color="black", lw=1.0, label="true")
         ax.plot(tt, pred, color=color, lw=1.0, label=f"{fc.method} (predicted)")
         mae = regression_metrics(fc.true_bpm[sel], fc.pred_bpm[sel])["mae"]
-        ax.set_title(f"recording {rec}: {int(sel.sum())} test windows, MAE {mae:.3g} bpm")
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("heart rate (bpm)")
+        ax.set(title=f"recording {rec}: {int(sel.sum())} test windows, MAE {mae:.3g} bpm",
+               xlabel="time (s)", ylabel="heart rate (bpm)")
         ax.grid(alpha=0.3)
     fig.suptitle(f"{fc.method} (seed {fc.seed}, round {fc.round}): client {fc.client}")
     handles, labels = axes[0].get_legend_handles_labels()

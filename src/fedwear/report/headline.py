@@ -147,8 +147,7 @@ def headline_plot(groups: Groups, out: Path, reference: str | None = None,
                 color="white" if tall and _dark(col[method]) else "black", fontweight="bold" if tall else "normal",
                 zorder=6)
     ax.set_xticks(range(len(views)), [v + also_text(v, same).replace(" (", "\n(") for v in views])
-    ax.set_xlim(-0.5, len(views) - 0.5)
-    ax.set_ylabel(axis_label(metric))
+    ax.set(xlim=(-0.5, len(views) - 0.5), ylabel=axis_label(metric))
     ax.grid(axis="y", alpha=0.3, zorder=0)
     counts = {m: len(rs) for m, rs in groups.items()}
     same_n = len(set(counts.values())) == 1
@@ -236,13 +235,13 @@ def _run_headline(run, out: Path, metric: str, views: list[str], same: dict[str,
     set_range(ax, lo, hi)
     for g, mean in means:
         ax.text(g, factor * mean + 0.015 * (hi - lo), fmt(metric, mean), ha="center", va="bottom",
-                fontweight="bold", zorder=6, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
+                fontweight="bold", zorder=6,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
     labels = [v + also_text(v, same).replace(" (", "\n(") + f"\nn = {k}" for v, k in zip(views, counts, strict=True)]
     ax.set_xticks(range(len(views)), labels)
-    ax.set_xlim(-0.5, len(views) - 0.5)
-    ax.set_ylabel(axis_label(metric))
+    ax.set(xlim=(-0.5, len(views) - 0.5), ylabel=axis_label(metric),
+           title=f"{run.name}, seed {run.seed}: {NAMES.get(metric, metric)}, round {run.summary.get('final_round')}")
     ax.grid(axis="y", alpha=0.3, zorder=0)
-    ax.set_title(f"{run.name}, seed {run.seed}: {NAMES.get(metric, metric)}, round {run.summary.get('final_round')}")
     fit_tick_labels(ax)
     _save(fig, out, "headline.png")
     merged = same_text(same)

@@ -99,7 +99,8 @@ def _views_metrics(summaries: list[dict], metric_order: list[str]) -> tuple[list
     views = {v for s in summaries for sel in ("final", "best") for v in (s.get(sel) or {})}
     metrics = {m for s in summaries for sel in ("final", "best")
                for vals in (s.get(sel) or {}).values() for m in vals}
-    return ordered_views(views), [m for m in metric_order if m in metrics] + sorted(metrics - set(metric_order))
+    return ordered_views(views), ([m for m in metric_order if m in metrics]
+                                  + sorted(metrics - set(metric_order)))
 
 
 def not_evaluated(run: Run) -> str:

@@ -132,8 +132,8 @@ def metrics_of(groups: Groups) -> list[str]:
 
 def seeds_text(groups: Groups) -> str:
     """``fedavg: seeds 0, 1; local: seeds 0, 1`` (or ``seed 0`` for one run)."""
-    return "; ".join(f"{method}: seed{'s' if len(runs) > 1 else ''} {', '.join(str(r.seed) for r in runs)}"
-                     for method, runs in groups.items())
+    return "; ".join(f"{method}: seed{'s' if len(runs) > 1 else ''} "
+                     f"{', '.join(str(r.seed) for r in runs)}" for method, runs in groups.items())
 
 
 def n_seeds(k: int) -> str:
@@ -514,8 +514,7 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
             labels = ([f"naive\nn = {len(per_method[names[0]][0])}"] if view in NAIVE else
                       [f"{m}\nn = {len(per_method[m][0])}" for m in names])
             ax.set_xticks(range(len(names)), labels)
-            ax.set_xlim(-0.6, len(names) - 0.4)
-            ax.set_title(view + also_text(view, same))
+            ax.set(xlim=(-0.6, len(names) - 0.4), title=view + also_text(view, same))
             ax.grid(axis="y", alpha=0.3)
             if factor == 100.0:
                 set_range(ax, lo, hi)
@@ -591,32 +590,32 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
     values = [v for d in lines.values() for t in d.values() for v in (*t["lo"], *t["hi"])]
     lo, hi, how = axis_range(metric, values)
     several_views = len(set(used.values())) > 1
-    for ax, (key, xlabel) in zip(axes, (("mb", "training MB communicated so far (down + up)"),
-                                        ("s", "wall-clock seconds so far")), strict=True):
+    name = NAMES.get(metric, metric)
+    panels = (("mb", "training MB communicated so far (down + up)", "communication"),
+              ("s", "wall-clock seconds so far", "time"))
+    for ax, (key, xlabel, title) in zip(axes, panels, strict=True):
         for method, t in lines[key].items():
             label = f"{method} ({used[method]})" if several_views else method
             _draw_band(ax, t, sty[method], label, factor, alpha=0.15)
         set_range(ax, lo, hi)
         right = max([float(t["x"].max()) for t in lines[key].values()] or [1.0]) or 1.0
-        ax.set_xlim(-0.03 * right, 1.05 * right)
-        ax.set(xlabel=xlabel, ylabel=axis_label(metric))
+        ax.set(xlim=(-0.03 * right, 1.05 * right), xlabel=xlabel, ylabel=axis_label(metric),
+               title=f"{name} vs {title}")
         ax.grid(alpha=0.3)
         _thin_markers(ax)
-    axes[0].set_title(f"{NAMES.get(metric, metric)} vs communication")
-    axes[1].set_title(f"{NAMES.get(metric, metric)} vs time")
     _legend(fig, axes[0], groups)
     _save(fig, out, "cost.png")
     views_text = (", ".join(f"{m}: {v}" for m, v in used.items()) if several_views else f"{view} view")
     spread = ("mean over seeds of both coordinates, band: min..max over seeds of the metric"
               if multi_seed(groups) else "one seed per method")
     zero = [m for m, t in lines["mb"].items() if float(t["x"].max()) == 0.0]
-    caption = (f"{NAMES.get(metric, metric)} ({views_text}, test split, {weighted(flat(groups))}) at each "
+    caption = (f"{name} ({views_text}, test split, {weighted(flat(groups))}) at each "
                "evaluated round against the cumulative training traffic of rounds.csv (bytes_down + bytes_up, "
                "in MB = 10^6 bytes; evaluation traffic left out) and against the cumulative wall-clock seconds of "
                f"timing.csv (training and evaluation); {spread} ({seeds_text(groups)}). "
                + (f"{', '.join(zero)} sent no training bytes: at 0 MB. " if zero else "")
                + f"y axis {how}.")
-    short = (f"{NAMES.get(metric, metric)} against the training traffic and the wall-clock time so far, "
+    short = (f"{name} against the training traffic and the wall-clock time so far, "
              f"test split ({views_text}).")
     return Plot("cost.png", "federated cost", short, "cost", notes=caption)
 
@@ -635,8 +634,8 @@ def _across_seeds(groups: Groups) -> str:
             f"({seeds_text(groups)})" if multi_seed(groups) else f"Runs: {seeds_text(groups)}")
 
 
-def _line_plot(groups: Groups, out: Path, file: str, lines: list[tuple[str, str, str, list[pd.Series]]],
-               ylabel: str, title: str, factor: float = 1.0, legend: bool = False) -> None:
+def _line_plot(groups: Groups, out: Path, file: str, lines: list, ylabel: str, title: str,
+               factor: float = 1.0, legend: bool = False) -> None:
     """``file``: per (method, label, line style, each seed's series) of ``lines``, the mean over
     seeds and its band against the round; ``legend``: a legend also for a single method."""
     fig = _new_figure(4.8, 3.5 if len(groups) > 1 or legend else 3.2)

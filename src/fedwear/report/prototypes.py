@@ -80,21 +80,21 @@ def encoder_features(restored: Restored, windows: int = TSNE_WINDOWS
         return None
     if isinstance(space, str):
         return Skipped(run.name, run.seed, space)
-    parts = [c.train for c in data.clients if len(c.train)]
-    if not parts:
+    clients = [c for c in data.clients if len(c.train)]
+    if not clients:
         return Skipped(run.name, run.seed, "its training clients have no train windows")
-    x = np.concatenate([w.x for w in parts])
-    owner = np.concatenate([np.full(len(c.train), c.client_id, dtype=object)
-                            for c in data.clients if len(c.train)])
+    x = np.concatenate([c.train.x for c in clients])
+    owner = np.concatenate([np.full(len(c.train), c.client_id, dtype=object) for c in clients])
     idx = sample(len(x), windows)
+    raw = x[idx].reshape(len(idx), -1)
     if space.encode is None:
-        z = F.normalize(torch.from_numpy(x[idx].reshape(len(idx), -1)).float(), dim=-1).numpy()
+        z = F.normalize(torch.from_numpy(raw).float(), dim=-1).numpy()
     else:
         z = space.encode(x[idx])
     protos = F.normalize(torch.from_numpy(space.prototypes), dim=-1).numpy()
     return EncoderFeatures(
         method=run.name, seed=run.seed, round=int(ckpt["round"]),
-        final_round=run.summary.get("final_round"), z=z, raw=x[idx].reshape(len(idx), -1),
+        final_round=run.summary.get("final_round"), z=z, raw=raw,
         nearest=nearest_prototype(z, protos), protos=protos, client=owner[idx], total=len(x),
         encoder=space.text, data=data_text(restored.cfg),
     )
@@ -133,8 +133,7 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
         right.scatter(raw[:, 0], raw[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
         right.set_title(f"raw windows ({f.raw.shape[1]} values)")
         for ax in (left, right):
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
         counts = np.bincount(f.nearest, minlength=k)
         handles = [Line2D([], [], ls="", marker="o", markersize=5, color=c) for c in palette]
         labels = [f"prototype {i} ({counts[i]})" for i in range(k)]

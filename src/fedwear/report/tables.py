@@ -67,10 +67,8 @@ def summary_table(summary: dict) -> str:
             cells = [*n, *(fmt(m, vals.get(m)) for m in metrics)]
             lines.append(f"| {view} | " + " | ".join(cells) + " |")
     unit = "in %" if in_percent(metrics) else REGRESSION_NOTE
-    caption = (
-        f"final round {summary['final_round']}, test split: "
-        f"{over_clients(summary.get('client_weights', 'test'))}, {unit}"
-    )
+    caption = (f"final round {summary['final_round']}, test split: "
+               f"{over_clients(summary.get('client_weights', 'test'))}, {unit}")
     notes = []
     if gone:
         notes.append(f"missing from round {summary['final_round']} (evaluated in other rounds; "
@@ -101,9 +99,9 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
     """Markdown table and a long-form frame. Each cell is, over seeds, the mean ± population std
     (ddof=0) of the per-seed sample-weighted means over clients (test split), or the value alone
     when only one seed has one (``(k of n seeds)`` where fewer seeds than the row's have a value),
-    classification in %, regression as
-    :data:`~fedwear.report.units.REGRESSION_NOTE` says. ``tests``
-    (``reproduce.claims.tests_against``) adds each method's paired test against a reference."""
+    classification in %, regression as :data:`~fedwear.report.units.REGRESSION_NOTE` says.
+    ``tests`` (``reproduce.claims.tests_against``) adds each method's paired test against a
+    reference."""
     views = ordered_views(v for runs in summaries.values() for s in runs for v in s[select])
     metrics = task_metrics([vals for runs in summaries.values() for s in runs for vals in s[select].values()])
     factor = 100.0 if in_percent(metrics) else 1.0
@@ -115,7 +113,7 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
         for v in views:
             for m in metrics:
                 vals = np.array([s[select].get(v, {}).get(m) for s in runs], dtype=float)
-                vals = vals[~np.isnan(vals)] if len(vals) else vals
+                vals = vals[~np.isnan(vals)]
                 if len(vals) == 0:
                     cells.append("n/a")
                     continue
@@ -137,8 +135,8 @@ def comparison_table(summaries: dict[str, list[dict]], select: str, cfg: RunConf
                                 "seeds": t["seeds"]})
         rows.append("| " + " | ".join(cells) + " |")
     if tests:
-        ref = tests["reference"]
-        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {ref} [95% CI]", "p (Holm)", "seeds x clients"]
+        header += [f"Δ {tests['view']} {LABEL[tests['metric']]} vs {tests['reference']} [95% CI]",
+                   "p (Holm)", "seeds x clients"]
     seeds = sorted({s["seed"] for runs in summaries.values() for s in runs})
     caption = (
         f"{dataset_label(cfg.dataset)}, {cfg.rounds} rounds, split={cfg.dataset.split}, "
