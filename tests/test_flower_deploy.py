@@ -283,8 +283,8 @@ def test_flower_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_pa
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"
     script = (
         "import sys\n"
-        "from fedwear.cli.flower_processes import run_foreground\n"
-        f"sys.exit(run_foreground([sys.executable, '-c', {stubborn!r}], {{}}, grace=1.0))\n"
+        "from fedwear.cli.flower_processes import run_child\n"
+        f"sys.exit(run_child([sys.executable, '-c', {stubborn!r}], {{}}, grace=1.0)[0])\n"
     )
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:

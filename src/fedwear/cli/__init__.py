@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from fedwear import files
 from fedwear.cli.common import (
+    GRID_GOES_ON,
     PARALLEL,
     ExecutorOpt,
     RayAddressOpt,
     SetOpt,
     SlurmOpt,
+    announce,
     check_method_names,
     console_logging,
     echo_listing,
     executor_options,
-    fail,
     file_system_error,
-    interrupted,
     name_list,
+    one_line_errors,
     parse_seeds,
     reflow_help,
 )
@@ -32,9 +33,6 @@ from fedwear.cli.report import report
 from fedwear.cli.reproduce import reproduce
 from fedwear.cli.tune import tune
 from fedwear.errors import FedwearError
-
-if TYPE_CHECKING:
-    from fedwear.compare import GridStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
@@ -60,13 +58,8 @@ def run(
     from fedwear.report.tables import summary_table
 
     console_logging()
-    try:
-        cfg = load_config(config, set_ or [])
-        result = run_api(cfg, out, resume=resume, quiet=quiet, overwrite=overwrite)
-    except FedwearError as e:
-        fail(e)
-    except KeyboardInterrupt as e:
-        interrupted(e)
+    with one_line_errors(ctrl_c=True):
+        result = run_api(load_config(config, set_ or []), out, resume=resume, quiet=quiet, overwrite=overwrite)
     typer.echo(summary_table(result.summary))
     typer.echo(f"run directory: {result.out_dir}")
     _exit_on_failed_rounds({str(result.out_dir): result.summary})
@@ -110,7 +103,7 @@ def compare(
     from fedwear.commands import compare as run_comparison
 
     console_logging()
-    try:
+    with one_line_errors(ctrl_c=True, grid=GRID_GOES_ON):
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
         slurm_options = executor_options(executor, slurm)
@@ -123,19 +116,11 @@ def compare(
                                "name the reference among them")
         result = run_comparison(config, names, parse_seeds("--seeds", seeds), out, set_ or [], jobs, select,
                                 test_against, overwrite, quiet, executor, ray_address, slurm_options,
-                                on_done=_announce if jobs > 1 or executor != "local" else None)
-    except FedwearError as e:
-        fail(e)
-    except KeyboardInterrupt as e:
-        interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
+                                on_done=announce if jobs > 1 or executor != "local" else None)
     typer.echo(result.markdown)
     typer.echo(f"\ntable: {result.out_dir / files.TABLE_MD} and {result.out_dir / files.TABLE_CSV}")
     _exit_on_failed_rounds({f"{result.out_dir / name}-s{s['seed']}": s
                             for name, runs in result.summaries.items() for s in runs})
-
-
-def _announce(status: GridStatus, where: Path) -> None:
-    typer.echo(f"[{status}] {where} done", err=True)
 
 
 def methods_cmd(
@@ -148,10 +133,8 @@ def methods_cmd(
     """
     from fedwear.methods import METHODS
 
-    try:
+    with one_line_errors():
         check_method_names("fedwear methods", names or [])
-    except FedwearError as e:
-        fail(e)
     for name in names or METHODS:
         cls = METHODS[name]
         marks = ["cpu or cuda" if "cuda" in cls.devices else "cpu"]
@@ -200,10 +183,7 @@ def main() -> None:
     try:
         app()
     except OSError as e:
-        line = file_system_error(e)
-        if line is None:
+        if (line := file_system_error(e)) is None:
             raise
         typer.echo(f"error: {line}", err=True)
         raise SystemExit(2) from None
-
-

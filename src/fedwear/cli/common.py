@@ -8,8 +8,13 @@ import io
 import logging
 import os
 import shlex
+import shutil
 import sys
-from collections.abc import Iterable
+import textwrap
+import traceback
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import Annotated, NoReturn
 
@@ -36,9 +41,6 @@ def reflow_help(app: typer.Typer) -> None:
 def echo_listing(text: str, indent: int) -> None:
     """One entry of a listing: wrapped to a terminal's width, continuation lines indented by
     ``indent``; whole when piped (so that grep finds it on one line)."""
-    import shutil
-    import textwrap
-
     if sys.stdout.isatty():
         text = textwrap.fill(text, shutil.get_terminal_size().columns, subsequent_indent=" " * indent,
                              break_on_hyphens=False)
@@ -49,6 +51,20 @@ def fail(e: Exception | str) -> NoReturn:
     """Print ``error: <message>`` on one line (no traceback) and exit with status 2."""
     typer.echo(f"error: {e}", err=True)
     raise typer.Exit(2)
+
+
+@contextmanager
+def one_line_errors(ctrl_c: bool = False, grid: str | None = None) -> Iterator[None]:
+    """A FedwearError raised inside ends the command as :func:`fail` does; with ``ctrl_c``, a
+    Ctrl-C as :func:`interrupted` does (``grid``: how a grid of runs goes on)."""
+    try:
+        yield
+    except FedwearError as e:
+        fail(e)
+    except KeyboardInterrupt as e:
+        if not ctrl_c:
+            raise
+        interrupted(e, grid)
 
 
 #: Errors of the file system rather than of fedwear (a full disk, no write access, and a few more):
@@ -76,11 +92,7 @@ def file_system_error(e: OSError) -> str | None:
 def _file_in_flight(tb: TracebackType | None) -> str:
     """The file being written where ``tb`` ends: a failed ``write`` (a full disk) raises without
     a file name, so the innermost frame holding an open file names it; "a file" if none does."""
-    frames = []
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    for frame in reversed(frames):
+    for frame, _ in reversed(list(traceback.walk_tb(tb))):
         for value in frame.f_locals.values():
             if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str):
                 return value.name
@@ -113,24 +125,18 @@ def name_list(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
-def int_list(option: str, text: str) -> list[int]:
-    """The comma-separated integers of ``text``; a one-line FedwearError naming ``option`` if
-    one is not an integer or there are none."""
+def parse_seeds(option: str, text: str) -> list[int]:
+    """The comma-separated seeds of ``text``, each checked against the range every generator
+    accepts (0 .. 2**64-1, :data:`fedwear.seeding.SEED_MAX`); a one-line FedwearError naming
+    ``option`` as the user typed it if one is not such an integer or there are none."""
+    from fedwear.seeding import SEED_MAX
+
     try:
         values = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise FedwearError(f"{option} {text!r}: expected comma-separated integers, e.g. {option} 0,1,2") from None
     if not values:
         raise FedwearError(f"{option}: give at least one value, e.g. {option} 0")
-    return values
-
-
-def parse_seeds(option: str, text: str) -> list[int]:
-    """:func:`int_list` of seeds, each checked against the range every generator accepts (0 ..
-    2**64-1, :data:`fedwear.seeding.SEED_MAX`), so a bad ``--seeds`` is named as the user typed it."""
-    from fedwear.seeding import SEED_MAX
-
-    values = int_list(option, text)
     bad = [v for v in values if not 0 <= v <= SEED_MAX]
     if bad:
         raise FedwearError(f"{option} {text!r}: seed {bad[0]} is out of range; seeds are 0 .. 2**64-1 "
@@ -148,6 +154,10 @@ def check_method_names(option: str, names: list[str]) -> None:
             raise FedwearError(f"{option}: {unknown_method(name)}")
 
 
+#: How an interrupted grid of runs (compare, reproduce) goes on.
+GRID_GOES_ON = "continue with the same command (finished runs are reused, the others resume)"
+
+
 def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
     """Exit 130 after Ctrl-C, saying what the run saved (:class:`fedwear.api.RunInterrupted`
     knows) and, for a grid, how it goes on."""
@@ -160,6 +170,11 @@ def interrupted(e: BaseException, grid: str | None = None) -> NoReturn:
     else:
         typer.echo(f"interrupted: {grid}" + (f" ({saved})" if saved else ""), err=True)
     raise typer.Exit(130) from None
+
+
+def announce(status: object, where: Path) -> None:
+    """A grid's line as each run ends (``on_done`` of :func:`fedwear.compare.run_grid`)."""
+    typer.echo(f"[{status}] {where} done", err=True)
 
 
 #: Option groups of the longer commands' --help.
@@ -193,4 +208,3 @@ def executor_options(executor: str, slurm: list[str] | None) -> dict[str, str]:
             raise FedwearError(f"--slurm {item!r}: write key=value, e.g. --slurm partition=cpu")
         options[key.strip().replace("-", "_")] = value.strip()
     return options
-

@@ -9,7 +9,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from fedwear.cli.common import fail
+from fedwear.cli.common import fail, one_line_errors
 from fedwear.errors import FedwearError
 
 data_app = typer.Typer(
@@ -56,7 +56,7 @@ def data_info(
     from fedwear.data.config import DatasetConfig
     from fedwear.data.preprocess import bundled_root
 
-    try:
+    with one_line_errors():
         if name not in DATASETS:
             raise FedwearError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (`fedwear data list` "
                                "describes them)")
@@ -66,8 +66,6 @@ def data_info(
         else:
             cfg = DatasetConfig(name=name, schema_file=str(schema) if schema else None)
             info = dataset_info(name, str(root) if root else None, cfg)
-    except FedwearError as e:
-        fail(e)
     typer.echo(json.dumps(info, indent=2, default=str))
 
 
@@ -101,11 +99,9 @@ def data_download(
     """Download a dataset from its official source, check its SHA-256 values and unpack it."""
     from fedwear.data.download import RECORD, download, source
 
-    try:
+    with one_line_errors():
         src = source(name)
         done = download(src, root, url, quiet=quiet)
-    except FedwearError as e:
-        fail(e)
     if not done.fresh:
         state = "already present and verified"
     elif src.archive_sha256 is not None:
@@ -119,10 +115,8 @@ def data_download(
         typer.echo(f"archive SHA-256 {done.archive_sha256} ({done.archive_bytes:,} bytes): not checked "
                    f"against any pinned value; recorded in {done.root / RECORD}")
     if not src.pinned_files:
-        try:
+        with one_line_errors():
             typer.echo(f"{name}: {_read_check(name, done.root)}")
-        except FedwearError as e:
-            fail(e)
     typer.echo(f"{'saved to' if done.fresh else 'folder'}: {done.root}")
     typer.echo(f"use it with: --set dataset.root={done.root}")
 
@@ -140,7 +134,7 @@ def data_verify(
     from fedwear.data import DATASETS, usc_had
     from fedwear.data.download import all_sources, source, verify
 
-    try:
+    with one_line_errors():
         if not root.is_dir():
             raise FedwearError(f"{root} is not a folder: give --root the dataset's folder")
         if name not in all_sources() and name in DATASETS and not getattr(DATASETS[name], "GENERATED", False):
@@ -151,16 +145,10 @@ def data_verify(
         if name == "usc_had" and (line := usc_had.wrong_root(root)):
             raise FedwearError(line)
         report = verify(src, root)
-    except FedwearError as e:
-        fail(e)
     if not report.ok:
         for p in report.problems:
             typer.echo(f"error: {root / p.path}: {p.issue}: {p.fix}", err=True)
         raise typer.Exit(2)
-    if not src.pinned_files:
-        try:
-            typer.echo(f"{name}: OK: {report.summary()}; {_read_check(name, root, schema)} ({root})")
-        except FedwearError as e:
-            fail(e)
-        return
-    typer.echo(f"{name}: OK: {report.summary()} ({root})")
+    with one_line_errors():
+        read = "" if src.pinned_files else f"; {_read_check(name, root, schema)}"
+    typer.echo(f"{name}: OK: {report.summary()}{read} ({root})")

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from fedwear import files
-from fedwear.cli.common import fail
+from fedwear.cli.common import one_line_errors
 from fedwear.errors import FedwearError
 
 flower_app = typer.Typer(no_args_is_help=True, help="Deploy on Flower: SuperLink, SuperNodes, runs.")
@@ -38,11 +38,9 @@ def flower_certs(
     """Make a local CA and a SuperLink certificate (for tests and trials; use real certificates in production)."""
     from fedwear.cli.flower_processes import make_certs, make_node_keys
 
-    try:
+    with one_line_errors():
         files = make_certs(folder, host or ["localhost", "127.0.0.1"])
         files += make_node_keys(folder / "nodes", [f"node{i}" for i in range(1, nodes + 1)])
-    except FedwearError as e:
-        fail(e)
     typer.echo("\n".join(str(f) for f in files))
 
 
@@ -58,10 +56,8 @@ def flower_node_keys(
     """
     from fedwear.cli.flower_processes import make_node_keys
 
-    try:
+    with one_line_errors():
         files = make_node_keys(folder, names)
-    except FedwearError as e:
-        fail(e)
     typer.echo("\n".join(str(f) for f in files))
 
 
@@ -84,36 +80,26 @@ def flower_superlink(
     port: int = 8000,
 ) -> None:
     """Start Flower's SuperLink (TLS with --certs; SuperNode authentication with --node-keys)."""
-    from fedwear.cli.flower_processes import superlink_command
+    from fedwear.cli.flower_processes import (
+        default_home,
+        node_public_keys,
+        register_nodes,
+        superlink_command,
+    )
 
     def command() -> list[str]:
         if certs is None and not insecure:
             raise FedwearError("give --certs DIR (see fedwear flower certs) or --insecure")
         return superlink_command(None if insecure else certs, host, port, node_auth=bool(node_keys))
 
-    register = _registrar(node_keys, certs, host, port) if node_keys else None
-    _run_flower_process(command, f"superlink-{port}", register)
-
-
-def _registrar(node_keys: list[Path], certs: Path | None, host: str,
-               port: int) -> Callable[[subprocess.Popen], None]:
-    """What registers the SuperNodes' public keys once the SuperLink process has started."""
-    from fedwear.cli.flower_processes import (
-        default_home,
-        node_public_keys,
-        register_nodes,
-        superlink_cert_files,
-    )
-
     def register(link: subprocess.Popen) -> None:
-        keys = node_public_keys(node_keys)
-        ca = superlink_cert_files(certs)[0] if certs is not None else None
-        if ca is None:
-            raise FedwearError("SuperNode authentication needs TLS: give --certs DIR")
-        for key, node_id in register_nodes(keys, host, port, ca, default_home(f"register-{port}"), link):
+        """Register the SuperNodes' public keys once the SuperLink process has started (only ever with
+        TLS: :func:`command` refuses SuperNode authentication without it, and checks ``certs``)."""
+        for key, node_id in register_nodes(node_public_keys(node_keys), host, port, certs / "ca.crt",
+                                           default_home(f"register-{port}"), link):
             typer.echo(f"registered SuperNode {node_id}: {key}", err=True)
 
-    return register
+    _run_flower_process(command, f"superlink-{port}", register if node_keys else None)
 
 
 @flower_app.command("client")
@@ -141,13 +127,10 @@ def _run_flower_process(command: Callable[[], list[str]], home_tag: str,
                         after_start: Callable[[subprocess.Popen], None] | None = None) -> None:
     """Build a Flower command (user errors: one line), run it as a child with its own FLWR_HOME
     (signals forwarded to it) and exit with its status."""
-    from fedwear.cli.flower_processes import default_home, flower_env, run_foreground
+    from fedwear.cli.flower_processes import default_home, flower_env, run_child
 
-    try:
-        cmd = command()
-        code = run_foreground(cmd, flower_env(default_home(home_tag)), after_start)
-    except FedwearError as e:
-        fail(e)
+    with one_line_errors():
+        code, _ = run_child(command(), flower_env(default_home(home_tag)), after_start)
     raise typer.Exit(code)
 
 
@@ -164,7 +147,7 @@ def flower_serve(
     """Run CONFIG on a running SuperLink and its SuperNodes; streams the run's log."""
     from fedwear.cli.flower_processes import default_home, is_loopback, run_child, serve_command
 
-    try:
+    with one_line_errors():
         if is_loopback(superlink) and config.is_file():  # the run directory is on this machine
             from fedwear import rundir
             from fedwear.config import load_config
@@ -172,8 +155,6 @@ def flower_serve(
             rundir.plan(load_config(config, ["engine=flower"]), out, resume=False, overwrite=overwrite)
         cmd, env = serve_command(config, out, nodes, superlink, _tls(ca, insecure), default_home("serve"),
                                  overwrite)
-    except FedwearError as e:
-        fail(e)
     code, stopped = run_child(cmd, env)
     if stopped:
         typer.echo("stopped following the run; the run itself goes on on the SuperLink", err=True)

@@ -56,15 +56,12 @@ FORWARDED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIG
 REGISTER_TIMEOUT = 120.0  # seconds to wait for a starting SuperLink before registering SuperNodes
 
 
-def flower_env(flwr_home: Path | None = None) -> dict[str, str]:
-    """The environment of a Flower process: quiet, Flower's tools on PATH, its own FLWR_HOME."""
-    env = {**os.environ, **QUIET_ENV}
-    bindir = str(Path(sys.executable).parent)  # flower-superexec must be on PATH
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    if flwr_home is not None:
-        flwr_home.mkdir(parents=True, exist_ok=True)
-        env["FLWR_HOME"] = str(flwr_home)
-    return env
+def flower_env(flwr_home: Path) -> dict[str, str]:
+    """The environment of a Flower process: quiet, Flower's tools on PATH (flower-superexec must be
+    there), its own FLWR_HOME."""
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    path = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    return {**os.environ, **QUIET_ENV, "PATH": path, "FLWR_HOME": str(flwr_home)}
 
 
 def _tool(name: str) -> str:
@@ -162,11 +159,11 @@ def check_private_key(path: Path) -> Path:
 
 
 def node_public_keys(paths: list[Path]) -> list[Path]:
-    """The public keys to register: each path is a ``.pub`` file or a folder of them.
+    """The public keys to register: each path is a ``.pub`` file or a folder of them, each key a
+    NIST-curve EC public key in OpenSSH format, as ``flwr supernode register`` accepts."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
 
-    Each must be a NIST-curve EC public key in OpenSSH format, which ``flwr supernode register``
-    accepts.
-    """
     keys: list[Path] = []
     for p in paths:
         if p.is_dir():
@@ -179,20 +176,13 @@ def node_public_keys(paths: list[Path]) -> list[Path]:
         else:
             raise FedwearError(f"--node-keys {p}: no such file or folder")
     for k in keys:
-        _check_public_key(k)
+        try:
+            key = serialization.load_ssh_public_key(k.read_bytes())
+        except (ValueError, TypeError) as e:
+            raise FedwearError(f"{k}: not an OpenSSH public key ({e})") from None
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise FedwearError(f"{k}: Flower needs an EC (ecdsa) public key, not {type(key).__name__}")
     return keys
-
-
-def _check_public_key(path: Path) -> None:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    try:
-        key = serialization.load_ssh_public_key(path.read_bytes())
-    except (ValueError, TypeError) as e:
-        raise FedwearError(f"{path}: not an OpenSSH public key ({e})") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise FedwearError(f"{path}: Flower needs an EC (ecdsa) public key, not {type(key).__name__}")
 
 
 def superlink_command(certs: Path | None, host: str, port: int, node_auth: bool = False) -> list[str]:
@@ -274,25 +264,18 @@ def register_nodes(keys: list[Path], host: str, port: int, ca: Path, home: Path,
     authentication, see ``AUTH_DOCS``) and returns ``(key, node id)`` pairs. The SuperLink keeps
     registrations in its state, in memory by default: they are made again at every start.
     """
-    address = connect_address(host, port)
+    h = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # where this machine reaches it
+    address = f"[{h}]:{port}" if ":" in h else f"{h}:{port}"
     wait_for_port(address, link)
     env = connection_env(home, address, ca)
     return [(k, _register(k, env)) for k in keys]
 
 
-def connect_address(host: str, port: int) -> str:
-    """The address to reach a server bound to ``host`` from this machine."""
-    h = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"[{h}]:{port}" if ":" in h else f"{h}:{port}"
-
-
 def is_loopback(address: str) -> bool:
     """Whether ``host:port`` names this machine (a loopback IP or ``localhost``)."""
     host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -326,43 +309,35 @@ def _register(key: Path, env: dict[str, str]) -> int:
     return int(reply["node-id"])
 
 
-def run_foreground(cmd: list[str], env: dict[str, str],
-                   after_start: Callable[[subprocess.Popen], None] | None = None,
-                   grace: float = GRACE_SECONDS) -> int:
-    """Run a Flower process as this process's child until it exits; return its exit status.
+def run_child(cmd: list[str], env: dict[str, str],
+              after_start: Callable[[subprocess.Popen], None] | None = None,
+              grace: float = GRACE_SECONDS) -> tuple[int, bool]:
+    """Run a Flower process as this process's child until it exits; return its exit status and
+    whether a signal asked it to stop.
 
     SIGTERM, SIGINT and SIGHUP sent to this process are passed on to the child (SIGHUP as
     SIGTERM, which Flower's processes handle by shutting down cleanly); a child still running
     ``grace`` seconds after the first of them is killed. The child runs in its own process group,
-    so a Ctrl-C in the terminal reaches it once, through this process. ``after_start(child)``
-    runs once the child is started (e.g. to register SuperNodes); if it fails, the child is
-    stopped and the error raised.
+    so a Ctrl-C in the terminal reaches it once, through this process; on Linux it is killed if
+    this process dies first. ``after_start(child)`` runs once the child is started (e.g. to
+    register SuperNodes); if it fails, the child is stopped and the error raised.
     """
-    return run_child(cmd, env, after_start, grace)[0]
-
-
-def run_child(cmd: list[str], env: dict[str, str],
-              after_start: Callable[[subprocess.Popen], None] | None = None,
-              grace: float = GRACE_SECONDS) -> tuple[int, bool]:
-    """:func:`run_foreground`, also telling whether a signal asked the child to stop."""
-    child = start_child(cmd, env)
+    if os.name != "posix":
+        child = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+    else:
+        child = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0,
+                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     with forward_signals(child) as stopping:
         if after_start is not None:
             try:
                 after_start(child)
             except BaseException:
-                if not stopping:  # not already asked to stop by a signal
-                    stop_child(child, grace)
+                if not stopping:  # not already asked to stop by a signal: SIGTERM, then a kill after grace
+                    with suppress(ProcessLookupError):
+                        child.terminate()
+                    wait_child(child, [time.monotonic()], grace)
                     raise
         return wait_child(child, stopping, grace), bool(stopping)
-
-
-def start_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """Start ``cmd`` in its own process group; on Linux it is killed if this process dies first."""
-    if os.name != "posix":
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-    return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
 
 
 def _die_with_parent() -> None:
@@ -399,25 +374,15 @@ def forward_signals(child: subprocess.Popen) -> Iterator[list[float]]:
 
 
 def wait_child(child: subprocess.Popen, stopping: list[float], grace: float) -> int:
-    """Wait for ``child``; kill it ``grace`` seconds after the first forwarded signal."""
+    """Wait for ``child``; kill it ``grace`` seconds after the first forwarded signal. Its exit
+    status as a shell reports it: 128 + N for a child ended by signal N."""
     while True:
         try:
-            return exit_status(child.wait(timeout=0.2))
+            code = child.wait(timeout=0.2)
+            return 128 - code if code < 0 else code
         except subprocess.TimeoutExpired:
             if stopping and time.monotonic() - stopping[0] > grace:
                 child.kill()
-
-
-def stop_child(child: subprocess.Popen, grace: float) -> int:
-    """SIGTERM ``child``, wait up to ``grace`` seconds, then kill it; its exit status."""
-    with suppress(ProcessLookupError):
-        child.terminate()
-    return wait_child(child, [time.monotonic()], grace)
-
-
-def exit_status(returncode: int) -> int:
-    """A child's exit status as a shell reports it: 128 + N for a child ended by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def default_home(tag: str) -> Path:

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedwear.cli.common import command_line, fail
-from fedwear.errors import FedwearError
+from fedwear.cli.common import command_line, one_line_errors
 
 #: Default of --tsne-windows (fedwear.report.prototypes.TSNE_WINDOWS; the report modules are
 #: imported only when the command runs).
@@ -51,9 +50,7 @@ def report(
         ("--tsne-windows", tsne_windows if tsne_windows != TSNE_WINDOWS else None),
         ("--reference", reference), ("--format", fmt if fmt != "png" else None),
         ("--embeddings", embeddings or None), ("--no-forecast", None if forecast else True)))
-    try:
+    with one_line_errors():
         index = write_report(path, out, fmt, embeddings=embeddings, root=root, forecast=forecast, client=client,
                              tsne_windows=tsne_windows, command=command, reference=reference)
-    except FedwearError as e:
-        fail(e)
     typer.echo(str(index))

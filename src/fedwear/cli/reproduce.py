@@ -9,36 +9,26 @@ import typer
 
 from fedwear.cli.common import (
     CLAIMS,
+    GRID_GOES_ON,
     OUTPUT,
     PARALLEL,
     ExecutorOpt,
     RayAddressOpt,
     SetOpt,
     SlurmOpt,
+    announce,
     command_line,
     console_logging,
     echo_listing,
     executor_options,
-    fail,
-    interrupted,
     name_list,
+    one_line_errors,
     parse_seeds,
 )
 from fedwear.errors import FedwearError
 
 if TYPE_CHECKING:
     from fedwear.compare import GridStatus
-
-
-def run_command(table: str, root: str | None, seeds: str | None, jobs: int, out: Path | None,
-                results: Path | None, sets: list[str] | None, until: int | None, methods: str | None = None,
-                at_round: int | None = None) -> str:
-    """The command that makes a table's runs and its results file, as that file states it
-    (``--report-only``, ``--overwrite`` and ``--quiet`` change neither, so they are left out)."""
-    options = [("--root", root), ("--seeds", seeds), ("--methods", methods), ("--jobs", jobs if jobs > 1 else None),
-               ("--out", out), ("--results", results), ("--until", until), ("--at-round", at_round),
-               *(("--set", item) for item in sets or [])]
-    return command_line("fedwear reproduce", [table], options)
 
 
 def reproduce(
@@ -88,7 +78,7 @@ def reproduce(
     from fedwear.reproduce.results import write_results
 
     console_logging()
-    try:
+    with one_line_errors(ctrl_c=True, grid=GRID_GOES_ON):
         if claims:
             typer.echo(_write_claims(table, root, runs_root, results))
             return
@@ -112,8 +102,12 @@ def reproduce(
         table_runs = rp.plan(exp, folder, root, None, set_)
         extra = [r for r in todo if r[2] not in {where for _, _, where in table_runs}]
         runs = table_runs + extra
-        command = run_command(table, root, seeds if extra else None, jobs, out, results, set_, until,
-                              methods if extra else None, at_round)
+        # the command that makes the runs and the results file, as that file states it (--report-only,
+        # --overwrite and --quiet change neither, so they are left out)
+        command = command_line("fedwear reproduce", [table], [
+            ("--root", root), ("--seeds", seeds if extra else None), ("--methods", methods if extra else None),
+            ("--jobs", jobs if jobs > 1 else None), ("--out", out), ("--results", results), ("--until", until),
+            ("--at-round", at_round), *(("--set", item) for item in set_ or [])])
         target = results or Path("results") / exp.results
         if root is not None and executor == "local" and not report_only and not Path(root).is_dir():
             name = runs[0][1].dataset.name
@@ -124,7 +118,7 @@ def reproduce(
             typer.echo(f"{len(todo)} runs into {folder} (finished ones are reused, others resume)", err=True)
 
             def progress(status: GridStatus, where: Path) -> None:
-                typer.echo(f"[{status}] {where} done", err=True)
+                announce(status, where)
                 write_results(exp, runs, target, command, folder, at_round)
 
             slurm_options = executor_options(executor, slurm)
@@ -132,10 +126,6 @@ def reproduce(
                      until=until, executor=executor, address=ray_address, slurm=slurm_options)
         typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
-    except FedwearError as e:
-        fail(e)
-    except KeyboardInterrupt as e:
-        interrupted(e, "continue with the same command (finished runs are reused, the others resume)")
 
 
 def _write_claims(table: str | None, root: str | None, runs_root: Path, results: Path | None) -> str:

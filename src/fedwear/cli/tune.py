@@ -85,11 +85,8 @@ def _best_table(config: Path, sets: list[str], tuned: list[str], seeds: list[int
 
     threads = None if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
     rows = {method: [], f"{method}-tuned": tuned}
-    runs = []
-    for name, extra in rows.items():
-        for seed in seeds:
-            cfg = load_config(config, [*sets, *extra, f"seed={seed}", *([f"threads={threads}"] if threads else [])])
-            runs.append((name, cfg, root / f"{name}-s{seed}"))
+    runs = [(name, load_config(config, [*sets, *extra, f"seed={seed}", *([f"threads={threads}"] if threads else [])]),
+             root / f"{name}-s{seed}") for name, extra in rows.items() for seed in seeds]
     done = run_grid(runs, jobs, False, quiet)
     summaries = {name: [done[where] for n, _, where in runs if n == name] for name in rows}
     md, frame = comparison_table(summaries, "final", load_config(config, sets))
