@@ -142,15 +142,12 @@ def _confusion_plot(base: str, chosen: dict, names: list[str], out: Path, note: 
     for ax, (method, (view, mats, rs)) in zip(axes, chosen.items(), strict=False):
         total = np.sum(mats, axis=0)
         rows = total.sum(1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            pct = np.where(rows > 0, 100.0 * total / np.maximum(rows, 1), np.nan)
+        pct = np.where(rows > 0, 100.0 * total / np.maximum(rows, 1), np.nan)
         image = ax.imshow(np.ma.masked_invalid(pct), cmap=cmap, vmin=0, vmax=100)
         if q <= ANNOTATE_MAX:
-            for t in range(q):
-                for p in range(q):
-                    if not np.isnan(pct[t, p]):
-                        ax.text(p, t, f"{pct[t, p]:.0f}", ha="center", va="center", fontsize=font,
-                                color="white" if pct[t, p] > 55 else "black")
+            for t, p in zip(*np.nonzero(~np.isnan(pct)), strict=True):
+                ax.text(p, t, f"{pct[t, p]:.0f}", ha="center", va="center", fontsize=font,
+                        color="white" if pct[t, p] > 55 else "black")
         ax.set_xticks(range(q), names, rotation=90, fontsize=font + 0.5)
         ax.set_yticks(range(q), names, fontsize=font + 0.5)
         ax.set(xlabel="predicted class", ylabel="true class",

@@ -334,10 +334,9 @@ def tsne(z: np.ndarray) -> np.ndarray:
     from sklearn.manifold import TSNE
     from threadpoolctl import threadpool_limits
 
-    n = len(z)
     with threadpool_limits(limits=1, user_api="openmp"):
         return TSNE(n_components=2, init="pca", random_state=0,
-                    perplexity=min(PERPLEXITY, n - 1)).fit_transform(np.asarray(z, np.float64))
+                    perplexity=min(PERPLEXITY, len(z) - 1)).fit_transform(np.asarray(z, np.float64))
 
 
 def _class_color(k: int, n_classes: int):

@@ -177,8 +177,7 @@ def forecast_figure(fc: Forecast | Skipped, color: str = "C1") -> Figure:
                xlabel="time (s)", ylabel="heart rate (bpm)")
         ax.grid(alpha=0.3)
     fig.suptitle(f"{fc.method} (seed {fc.seed}, round {fc.round}): client {fc.client}")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False)
     return fig
 
 

@@ -265,12 +265,9 @@ def round_axis(ax, rounds: Iterable[float]) -> None:
     """Round ticks where the points are (:func:`round_ticks`); a single round sits in the middle
     of ``round - 1 .. round + 1``."""
     rs = sorted({int(r) for r in rounds})
-    if len(rs) == 1:
-        ax.set_xlim(rs[0] - 1, rs[0] + 1)
-    elif rs:
-        span = rs[-1] - rs[0]
-        ax.set_xlim(rs[0] - 0.04 * span, rs[-1] + 0.04 * span)
     if rs:
+        pad = 0.04 * (rs[-1] - rs[0]) or 1.0  # 4 % of the span on each side, 1 round around one
+        ax.set_xlim(rs[0] - pad, rs[-1] + pad)
         ax.set_xticks(round_ticks(rs))
 
 

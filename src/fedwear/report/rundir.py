@@ -88,10 +88,8 @@ class Run:
 
     @property
     def label(self) -> str:
-        label = f"{self.name} seed {self.seed}"
-        if self.unfinished:
-            label += f" (unfinished: {self.stopped_at})"
-        return label
+        unfinished = f" (unfinished: {self.stopped_at})" if self.unfinished else ""
+        return f"{self.name} seed {self.seed}{unfinished}"
 
     @property
     def log(self) -> str:
