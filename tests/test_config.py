@@ -89,7 +89,7 @@ def test_set_requires_key_value():
         ({"model.options.div": 3}, "options of cnn: width"),
         ({"model.name": "harcnn", "model.options.down": "[0, 2]"}, "model.options.down"),
         ({"evaluation.views": "[]"}, "'evaluation.views'"),
-        ({"method": "local", "privacy.dp": "central"}, "privacy.dp needs a method whose server averages"),
+        ({"method": "local", "privacy.dp": "central"}, "cannot run with central DP: its clients send nothing"),
         ({"method": "local", "engine": "flower-sim", "flower.secagg.enabled": True}, "flower.secagg.enabled needs a method"),
         ({"flower.secagg.enabled": True}, "engine=flower-sim"),
         ({"evaluation.targets": "{global.loss: 1}"}, "evaluation.targets"),

@@ -58,7 +58,7 @@ def test_runs_are_reproducible_and_record_the_parameters(tmp_path):
 
 @pytest.mark.parametrize("method", ["local", "centralized"])
 def test_methods_without_mean_aggregation_are_refused(method):
-    with pytest.raises(ConfigError, match="privacy.dp needs a method whose server averages"):
+    with pytest.raises(ConfigError, match="cannot run with central DP: (its clients send nothing|it trains one model)"):
         method_and_data(method=method, **{"privacy.dp": "central"})
 
 
@@ -121,3 +121,42 @@ def test_an_impossible_budget_and_two_noise_settings_are_refused():
         method_and_data(**{"privacy.dp": "central", "privacy.target_epsilon": 1e-6})
     with pytest.raises(ConfigError, match="not both"):
         tiny_config(**{"privacy.dp": "central", "privacy.target_epsilon": 1.0, "privacy.noise_multiplier": 1.0})
+
+
+# The seed methods under central DP.
+
+
+@pytest.mark.parametrize("method, model", [("metahar", "cnn"), ("fedmat", "fedmat")])
+def test_reptile_methods_get_the_noise_on_the_mean_before_their_step(tmp_path, method, model):
+    """Meta-HAR's and FedMAT's server steps ``theta + s (mean - theta)``: the noise is added to the
+    mean, so the server moves by s times the noisy mean update."""
+    sets = {"method": method, "privacy.dp": "central", "privacy.noise_multiplier": 2.0, "rounds": 1,
+            "model.name": model, **({"model.options": "{}"} if model != "cnn" else {})}
+    m, data = method_and_data(**sets)
+    server = m.init_server()
+    keys = [k for k in server.arrays if server.arrays[k].dtype.kind == "f"]
+    replies = {f"c{i}": Record(server.arrays, {"num_examples": 1}) for i in range(4)}  # zero updates
+    out = m.aggregate(server, replies, round=1)
+    diffs = np.concatenate([(out.arrays[k] - server.arrays[k]).ravel() for k in keys])
+    step = m.inner.options.sigma if method == "metahar" else m.inner.options.lam
+    assert diffs.std() == pytest.approx(step * 2.0 * 1.0 / 4, rel=0.15)
+    result = fedwear.run(tiny_config(**{**sets, "rounds": 2}), tmp_path / "run")
+    assert result.summary["privacy"]["epsilon"] > 0 and result.summary["final"]
+
+
+@pytest.mark.parametrize("method, reason", [
+    ("protohar", "prototypes are per-class means"), ("fedali", "k-means centroids"),
+    ("fedproto", "prototypes are per-class means")])
+def test_methods_that_cannot_run_with_dp_say_why(method, reason):
+    sets = {"method": method, "privacy.dp": "central"}
+    if method == "fedali":
+        sets.update({"model.name": "hart", "model.options": "{}"})
+    with pytest.raises(ConfigError, match=f"cannot run with central DP: .*{reason}"):
+        tiny_config(**sets)
+
+
+def test_pcfedh_cannot_run_with_dp_and_says_why():
+    from tests.helpers import tiny_regression_config
+
+    with pytest.raises(ConfigError, match="cannot run with central DP: .*memberships"):
+        tiny_regression_config(**{"method": "pcfedh", "privacy.dp": "central"})

@@ -538,14 +538,14 @@ def check_consistency(cfg: RunConfig) -> None:
     if cfg.compile and cfg.device != "cuda" and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "c++")):
         raise ConfigError("compile: true on the CPU needs a C++ compiler for torch.compile's kernels and none is on "
                           "PATH (g++, c++ or $CXX): install one (Debian: apt-get install g++) or set compile: false")
-    private = [k for k, on in (("flower.secagg.enabled", cfg.flower.secagg.enabled),
-                               ("privacy.dp", cfg.privacy.dp != "none")) if on]
-    if private and not method_class(cfg.method).mean_aggregation:
+    if cfg.privacy.dp != "none" and not method_class(cfg.method).private():
+        able = sorted(n for n, c in METHODS.items() if c.private())
+        raise ConfigError(f"privacy.dp: method={cfg.method} cannot run with central DP: "
+                          f"{method_class(cfg.method).no_dp_reason} (methods that can: {', '.join(able)})")
+    if cfg.flower.secagg.enabled and not method_class(cfg.method).mean_aggregation:
         means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)
-        raise ConfigError(
-            f"{private[0]} needs a method whose server averages client arrays "
-            f"({', '.join(means)}); method={cfg.method} does not"
-        )
+        raise ConfigError(f"flower.secagg.enabled needs a method whose server averages client arrays "
+                          f"({', '.join(means)}); method={cfg.method} does not")
     robust = cfg.robust.rule != "mean" or cfg.robust.norm_bound is not None
     if robust and not method_class(cfg.method).mean_aggregation:
         means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)

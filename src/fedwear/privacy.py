@@ -6,8 +6,11 @@ client clips its update ``up - down`` to L2 norm <= C (Flower's
 ``compute_clip_model_update``) and replies with weight 1; the server averages the m replies
 with equal weights and adds Gaussian noise of std ``z C / m`` to the mean (Flower's
 ``compute_stdv`` and ``add_gaussian_noise_inplace``). The noise is drawn from
-``derive_seed(seed, "dp", round)`` so runs stay reproducible. Only methods whose
-aggregation is a mean of the replied arrays qualify (``Method.mean_aggregation``).
+``derive_seed(seed, "dp", round)`` so runs stay reproducible. Methods whose server state is
+a mean of the replied arrays qualify (``Method.mean_aggregation``), and those whose server
+steps towards that mean (``Method.mean_step``: Reptile's ``theta + s (mean - theta)`` with
+s <= 1; Meta-HAR, FedMAT), which get the noise on the mean before their step; the others
+say why not (``Method.no_dp_reason``).
 
 Accounting (:func:`epsilon`) is Google's ``dp-accounting`` RDP accountant for exactly what a
 round does: m of the N training clients drawn uniformly without replacement
@@ -120,11 +123,8 @@ class CentralDP:
     run's config ``cfg`` (its ``privacy`` block, rounds and clients per round)."""
 
     def __init__(self, method: Method, cfg) -> None:
-        if not getattr(method, "mean_aggregation", False):
-            raise ConfigError(
-                f"privacy.dp=central: {method.name} does not aggregate by a mean of client arrays; "
-                "central DP needs a method whose server averages client arrays (Method.mean_aggregation)"
-            )
+        if not method.private():
+            raise ConfigError(f"privacy.dp=central: method={method.name} cannot run with it: {method.no_dp_reason}")
         _dp()
         self.inner = method
         self.settings = cfg.privacy
@@ -158,20 +158,36 @@ class CentralDP:
         return Record(arrays, {**up.scalars, "num_examples": 1})
 
     def aggregate(self, server: Record, replies: dict[str, Record], round: int, plan: Plan | None = None) -> Record:
-        out = self.inner.aggregate(server, replies, round, plan)
+        """The inner method's aggregate with noise on the mean of the clipped replies: on its
+        result (mean aggregation: the server state is that mean), or on the mean it then steps
+        towards (``mean_step``: Reptile's step, given the noisy mean as its one reply)."""
         if not replies:
-            return out
+            return self.inner.aggregate(server, replies, round, plan)
+        first = next(iter(replies.values()))
+        if self.inner.mean_step:
+            keys = [k for k in first.arrays if k in server.arrays and first.arrays[k].dtype.kind == "f"]
+            means = [np.mean([r.arrays[k].astype(np.float64) for r in replies.values()], axis=0) for k in keys]
+            noisy = self._noisy(means, len(replies), round)
+            mean = Record({k: a.astype(first.arrays[k].dtype) for k, a in zip(keys, noisy, strict=True)},
+                          {"num_examples": 1})
+            return self.inner.aggregate(server, {"noisy mean": mean}, round, plan)
+        out = self.inner.aggregate(server, replies, round, plan)
+        keys = [k for k in first.arrays if out.arrays[k].dtype.kind == "f"]
+        noisy = self._noisy([out.arrays[k].copy() for k in keys], len(replies), round)
+        return Record({**out.arrays, **dict(zip(keys, noisy, strict=True))}, out.scalars)
+
+    def _noisy(self, arrays: list[np.ndarray], m: int, round: int) -> list[np.ndarray]:
+        """``arrays``, the mean of ``m`` clipped replies, with Gaussian noise of std z C / m drawn
+        from the round's seed."""
         dp = _dp()
-        std = dp.compute_stdv(self.noise_multiplier, self.settings.clipping_norm, len(replies))
-        keys = [k for k in next(iter(replies.values())).arrays if out.arrays[k].dtype.kind == "f"]
-        noisy = [out.arrays[k].copy() for k in keys]
+        std = dp.compute_stdv(self.noise_multiplier, self.settings.clipping_norm, m)
         saved = np.random.get_state()
         try:  # Flower draws from numpy's global generator: seed it per round
             np.random.seed(derive_seed(self.inner.task.training.seed, "dp", round) % 2**32)
-            dp.add_gaussian_noise_inplace(noisy, std)
+            dp.add_gaussian_noise_inplace(arrays, std)
         finally:
             np.random.set_state(saved)
-        return Record({**out.arrays, **dict(zip(keys, noisy, strict=True))}, out.scalars)
+        return arrays
 
     @staticmethod
     def describe(cfg, clients: int, rounds: int) -> dict:

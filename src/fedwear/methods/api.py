@@ -196,9 +196,22 @@ class Method:
     #: engine knows them before the round (a checkpoint then leaves out what their fit rebuilds).
     #: Derived once when a class is defined, unless the class sets it.
     static_selection: ClassVar[bool] = True
+    #: The server state is a mean of the replied arrays: central DP, SecAgg+ and the robust rules
+    #: may wrap the method.
+    mean_aggregation: ClassVar[bool] = False
+    #: The server steps towards the mean of the replied arrays (Reptile: ``theta + s (mean - theta)``,
+    #: s <= 1): central DP adds its noise to that mean, before the step.
+    mean_step: ClassVar[bool] = False
+    #: Why central DP (``privacy.dp``) cannot wrap the method, when it cannot (``fedwear methods``).
+    no_dp_reason: ClassVar[str] = "its server does not aggregate by a mean of the clients' arrays"
     #: A model's outputs depend on the other windows of its batch (HART's code-faithful LiteFormer):
     #: each window set is then evaluated in its own batches, never cut from a pooled pass.
     batch_dependent_outputs: bool = False
+
+    @classmethod
+    def private(cls) -> bool:
+        """Whether central DP can wrap the method (see :attr:`no_dp_reason` when not)."""
+        return cls.mean_aggregation or cls.mean_step
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

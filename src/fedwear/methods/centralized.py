@@ -18,6 +18,7 @@ class Centralized(FedAvg):
     name = "centralized"
     summary = "Centralized: one model on the pooled data of all training clients (upper bound, no privacy)."
     mean_aggregation = False
+    no_dp_reason = "it trains one model on the pooled data: there is no client to protect from a server"
 
     def training_clients(self, data):
         splits = [c.train for c in data.clients]

@@ -100,6 +100,7 @@ class FedAli(FedAvg):
                "local prototypes per block into the next round's global and local prototypes.")
     Options = FedAliOptions
     mean_aggregation = False  # prototypes come from k-means, not a mean
+    no_dp_reason = "its global prototypes are k-means centroids of every client's own prototypes, not a mean"
 
     def __init__(self, task: Task, options: Options) -> None:
         super().__init__(task, options)

@@ -64,6 +64,7 @@ class FedMAT(FedAvg):
     budgets = ("e2", "e4")
     shared = ("body",)
     mean_aggregation = False
+    mean_step = True  # lam <= 1 (Options)
 
     def __init__(self, task: Task, options: FedMATOptions) -> None:
         if task.training.model != "fedmat":

@@ -72,6 +72,8 @@ class FedProto(FedAvg):
     shared = ()
     personal = ("body", "head")
     mean_aggregation = False
+    no_dp_reason = ("its prototypes are per-class means over the clients that hold each class; their private form "
+                    "is not built yet")
 
     def __init__(self, task: Task, options: FedProtoOptions) -> None:
         super().__init__(task, options)

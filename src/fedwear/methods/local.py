@@ -15,6 +15,7 @@ class Local(FedAvg):
     shared = ()
     personal = ("body", "head")
     mean_aggregation = False
+    no_dp_reason = "its clients send nothing"
 
     def select(self, server, round, scheduled, all_clients):
         return list(all_clients)

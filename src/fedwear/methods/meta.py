@@ -61,6 +61,7 @@ class Reptile(FedAvg):
     taken in client order; the options give ``sigma`` and ``weighted``."""
 
     mean_aggregation = False
+    mean_step = True  # sigma <= 1 (Options)
 
     def aggregate(self, server, replies, round, plan=None):
         if not replies:

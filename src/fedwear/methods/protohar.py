@@ -57,6 +57,8 @@ class ProtoHAR(FedRep):
     kinds = ("classification",)  # class prototypes / class balancing
     Options = ProtoHAROptions
     mean_aggregation = False  # prototypes are a per-class mean over the clients that have the class
+    no_dp_reason = ("its prototypes are per-class means over the clients that hold each class; their private form "
+                    "(clipped prototypes, noisy per-class sums and counts) is not built yet")
 
     def __init__(self, task, options):
         super().__init__(task, options)

@@ -44,6 +44,7 @@ class Scaffold(FedAvg):
     summary = "SCAFFOLD (Karimireddy et al. 2020): control variates correct the clients' drift."
     Options = ScaffoldOptions
     mean_aggregation = False  # replies are deltas and the means are uniform: no DP / secagg wrapper
+    no_dp_reason = "its control variates are a second mean that the clipping of DP-FedAvg does not bound"
 
     def init_server(self) -> Record:
         """The server input (Alg. 1 line 1): x, the shared parts, and c = 0 for their parameters."""

@@ -64,6 +64,8 @@ class ClusterModels(FedAvg):
     shared = ()
     personal = ()
     mean_aggregation = False  # a mean per cluster, not one mean of all replies
+    no_dp_reason = ("its server weighs each client's reply by memberships it computes from that client's own "
+                    "statistics, not one mean")
     same_model_for_all = False  # a model per cluster
 
     def __init__(self, task: Task, options: Options) -> None:
