@@ -53,6 +53,7 @@ def test_runs_are_reproducible_and_record_the_parameters(tmp_path):
     a = fedwear.run(tiny_config(**sets), tmp_path / "a")
     b = fedwear.run(tiny_config(**sets), tmp_path / "b")
     assert (a.out_dir / "metrics.csv").read_bytes() == (b.out_dir / "metrics.csv").read_bytes()
+    assert "left out of aggregation" not in (a.out_dir / "run.log").read_text()
     assert a.summary["privacy"]["noise_multiplier"] == 1.0 and a.summary["privacy"]["clipping_norm"] == 1.0
 
 
@@ -142,11 +143,10 @@ def test_reptile_methods_get_the_noise_on_the_mean_before_their_step(tmp_path, m
     assert diffs.std() == pytest.approx(step * 2.0 * 1.0 / 4, rel=0.15)
     result = fedwear.run(tiny_config(**{**sets, "rounds": 2}), tmp_path / "run")
     assert result.summary["privacy"]["epsilon"] > 0 and result.summary["final"]
+    assert "left out of aggregation" not in (result.out_dir / "run.log").read_text()
 
 
-@pytest.mark.parametrize("method, reason", [
-    ("protohar", "prototypes are per-class means"), ("fedali", "k-means centroids"),
-    ("fedproto", "prototypes are per-class means")])
+@pytest.mark.parametrize("method, reason", [("fedali", "k-means centroids"), ("fedproto", "prototypes are per-class means")])
 def test_methods_that_cannot_run_with_dp_say_why(method, reason):
     sets = {"method": method, "privacy.dp": "central"}
     if method == "fedali":
@@ -160,3 +160,60 @@ def test_pcfedh_cannot_run_with_dp_and_says_why():
 
     with pytest.raises(ConfigError, match="cannot run with central DP: .*memberships"):
         tiny_regression_config(**{"method": "pcfedh", "privacy.dp": "central"})
+
+
+def _protohar(**sets):
+    return method_and_data(method="protohar", **{"privacy.dp": "central", **sets})
+
+
+def test_protohar_clips_each_part_and_zeroes_the_classes_a_client_lacks():
+    m, data = _protohar(**{"privacy.clipping_norm": 0.01, "privacy.prototype_clipping_norm": 0.05})
+    down = m.configure(m.init_server(), data.clients[0].client_id, 1)
+    up, _ = m.fit(down, Record(), data.clients[0], 1, seed=3)
+    parts = {p: [a for k, a in up.arrays.items() if k.startswith(p + "/")] for p in m.bounds}
+    norms = {p: np.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays)) for p, arrays in parts.items()}
+    assert norms["update"] == pytest.approx(0.01, rel=1e-4) and norms["prototypes"] == pytest.approx(0.05, rel=1e-4)
+    held = up.arrays["classes/proto_mask"]
+    assert set(np.unique(held)) <= {0.0, 1.0} and held.sum() == len(np.unique(data.clients[0].train.y))
+    assert not up.arrays["prototypes/proto"][held == 0].any()
+    assert m.validate_reply(down, up) is None
+
+
+def test_protohar_without_noise_or_clipping_aggregates_as_protohar():
+    """With z = 0 and bounds no reply reaches, the private aggregate is ProtoHAR's own with equal
+    client weights: the body's mean and each class's mean over the clients that hold it."""
+    m, data = _protohar(**{"privacy.noise_multiplier": 0.0, "privacy.clipping_norm": 1e9,
+                           "privacy.prototype_clipping_norm": 1e9})
+    server = m.init_server()
+    raw, private = {}, {}
+    for c in data.clients[:3]:
+        down = m.configure(server, c.client_id, 1)
+        up, _ = m.inner.fit(down, Record(), c, 1, seed=3)
+        raw[c.client_id] = Record(up.arrays, {"num_examples": 1})
+        private[c.client_id] = m._clip(down, up)
+    expected, got = m.inner.aggregate(server, raw, 1), m.aggregate(server, private, 1)
+    for k in expected.arrays:
+        np.testing.assert_allclose(got.arrays[k], expected.arrays[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_protohar_noise_has_z_times_each_bound():
+    m, data = _protohar(**{"privacy.noise_multiplier": 2.0, "privacy.clipping_norm": 0.5})
+    server = m.init_server()
+    replies = {}
+    for i in range(4):  # zero updates from clients holding every class
+        up = Record({**{k: v for k, v in server.arrays.items() if k != "proto_mask"},
+                     "proto_count": np.ones_like(server.arrays["proto_mask"])}, {})
+        replies[f"c{i}"] = m._clip(server, up)
+    out = m.aggregate(server, replies, round=1)
+    body = [k for k, a in server.arrays.items() if k not in ("proto", "proto_mask") and a.dtype.kind == "f"]
+    diffs = np.concatenate([(out.arrays[k] - server.arrays[k]).ravel() for k in body])
+    assert diffs.std() == pytest.approx(2.0 * 0.5 / 4, rel=0.15)
+
+
+def test_protohar_runs_privately_on_both_engines_with_the_same_numbers(tmp_path):
+    sets = {"method": "protohar", "privacy.dp": "central", "privacy.noise_multiplier": 0.5, "rounds": 2}
+    a = fedwear.run(tiny_config(**sets), tmp_path / "sim")
+    b = fedwear.run(tiny_config(**{**sets, "engine": "batched"}), tmp_path / "batched")
+    assert a.summary["privacy"]["parts"] == 3 and a.summary["privacy"]["epsilon"] > 0
+    assert (a.out_dir / "metrics.csv").read_bytes() == (b.out_dir / "metrics.csv").read_bytes()
+    assert "left out of aggregation" not in (a.out_dir / "run.log").read_text()

@@ -153,6 +153,9 @@ class PrivacyConfig(Strict):
 
     dp: Literal["none", "central"] = "none"
     clipping_norm: float = Field(1.0, gt=0, description="L2 bound C of each client's update")
+    prototype_clipping_norm: float = Field(
+        1.0, gt=0, description="methods that send class prototypes (protohar): the L2 bound of a client's prototypes "
+        "(its [classes, k] matrix); the noise on their sum has std z times it")
     noise_multiplier: float | None = Field(
         None, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates; null: 1.0, or the "
         "smallest z that meets target_epsilon")

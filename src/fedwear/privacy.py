@@ -128,7 +128,9 @@ class CentralDP:
         _dp()
         self.inner = method
         self.settings = cfg.privacy
-        self.noise_multiplier = noise_multiplier(cfg, method.task.num_clients)
+        #: central DP by parts (prototypes): each part's L2 bound; empty: one clipped update
+        self.bounds = method.dp_bounds(cfg.privacy) if method.dp_part_count else {}
+        self.noise_multiplier = noise_multiplier(cfg, method.task.num_clients, max(1, len(self.bounds)))
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -149,7 +151,21 @@ class CentralDP:
         results = self.inner.fit_many(jobs, round)
         return [(self._clip(job[0], up), state) for job, (up, state) in zip(jobs, results, strict=True)]
 
+    def reply_spec(self, down: Record) -> dict[str, tuple[int, ...] | None]:
+        if not self.bounds:
+            return self.inner.reply_spec(down)
+        zeros = Record({k: np.zeros(shape or (1,)) for k, shape in self.inner.reply_spec(down).items()})
+        return {f"{part}/{k}": a.shape for part, arrays in self.inner.dp_parts(down, zeros).items()
+                for k, a in arrays.items()}
+
+    def validate_reply(self, down: Record, reply: Record) -> str | None:
+        if not self.bounds:
+            return self.inner.validate_reply(down, reply)
+        return Method.validate_reply(self, down, reply)  # against the parts' names and shapes
+
     def _clip(self, down: Record, up: Record) -> Record:
+        if self.bounds:
+            return self._clip_parts(down, up)
         keys = [k for k in up.arrays if k in down.arrays and up.arrays[k].dtype.kind == "f"]
         clipped = [up.arrays[k].astype(np.float64) for k in keys]
         _dp().compute_clip_model_update(clipped, [down.arrays[k].astype(np.float64) for k in keys],
@@ -157,12 +173,36 @@ class CentralDP:
         arrays = {**up.arrays, **{k: c.astype(up.arrays[k].dtype) for k, c in zip(keys, clipped, strict=True)}}
         return Record(arrays, {**up.scalars, "num_examples": 1})
 
+    def _clip_parts(self, down: Record, up: Record) -> Record:
+        """The reply as the method's parts, each clipped to its bound (Flower's
+        ``compute_clip_model_update`` is the same scaling, for an update)."""
+        arrays = {}
+        for part, values in self.inner.dp_parts(down, up).items():
+            norm = np.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in values.values()))
+            scale = min(1.0, self.bounds[part] / norm) if norm > 0 else 1.0
+            arrays.update({f"{part}/{k}": (a * scale).astype(np.float32) for k, a in values.items()})
+        return Record(arrays, {**up.scalars, "num_examples": 1})
+
+    def _aggregate_parts(self, server: Record, replies: dict[str, Record], round: int) -> Record:
+        """Each part summed over the replies, with noise of std z times its bound, given to the
+        method's ``dp_aggregate``."""
+        keys = list(next(iter(replies.values())).arrays)
+        total = [np.sum([r.arrays[k].astype(np.float64) for r in replies.values()], axis=0) for k in keys]
+        sums: dict[str, dict[str, np.ndarray]] = {}
+        for part, bound in self.bounds.items():
+            mine = [i for i, k in enumerate(keys) if k.startswith(part + "/")]
+            noisy = self._noisy([total[i] for i in mine], 1, round, bound, salt=part)
+            sums[part] = {keys[i].removeprefix(part + "/"): a for i, a in zip(mine, noisy, strict=True)}
+        return self.inner.dp_aggregate(server, sums, len(replies))
+
     def aggregate(self, server: Record, replies: dict[str, Record], round: int, plan: Plan | None = None) -> Record:
         """The inner method's aggregate with noise on the mean of the clipped replies: on its
         result (mean aggregation: the server state is that mean), or on the mean it then steps
         towards (``mean_step``: Reptile's step, given the noisy mean as its one reply)."""
         if not replies:
             return self.inner.aggregate(server, replies, round, plan)
+        if self.bounds:
+            return self._aggregate_parts(server, replies, round)
         first = next(iter(replies.values()))
         if self.inner.mean_step:
             keys = [k for k in first.arrays if k in server.arrays and first.arrays[k].dtype.kind == "f"]
@@ -176,14 +216,15 @@ class CentralDP:
         noisy = self._noisy([out.arrays[k].copy() for k in keys], len(replies), round)
         return Record({**out.arrays, **dict(zip(keys, noisy, strict=True))}, out.scalars)
 
-    def _noisy(self, arrays: list[np.ndarray], m: int, round: int) -> list[np.ndarray]:
-        """``arrays``, the mean of ``m`` clipped replies, with Gaussian noise of std z C / m drawn
-        from the round's seed."""
+    def _noisy(self, arrays: list[np.ndarray], m: int, round: int, bound: float | None = None,
+               salt: str = "") -> list[np.ndarray]:
+        """``arrays``, the mean of ``m`` replies clipped to ``bound`` (default: clipping_norm),
+        with Gaussian noise of std z bound / m drawn from the round's seed (and ``salt``'s)."""
         dp = _dp()
-        std = dp.compute_stdv(self.noise_multiplier, self.settings.clipping_norm, m)
+        std = dp.compute_stdv(self.noise_multiplier, bound or self.settings.clipping_norm, m)
         saved = np.random.get_state()
         try:  # Flower draws from numpy's global generator: seed it per round
-            np.random.seed(derive_seed(self.inner.task.training.seed, "dp", round) % 2**32)
+            np.random.seed(derive_seed(self.inner.task.training.seed, "dp", round, salt) % 2**32)
             dp.add_gaussian_noise_inplace(arrays, std)
         finally:
             np.random.set_state(saved)
@@ -193,12 +234,18 @@ class CentralDP:
     def describe(cfg, clients: int, rounds: int) -> dict:
         """The privacy of a run of ``cfg`` over ``clients`` training clients after ``rounds``
         rounds, as summary.json records it."""
-        p, z = cfg.privacy, noise_multiplier(cfg, clients)
+        from fedwear.methods import method_class
+
+        parts = max(1, method_class(cfg.method).dp_part_count)
+        p, z = cfg.privacy, noise_multiplier(cfg, clients, parts)
         per_round = cfg.clients_per_round_count(clients)
-        return {"dp": "central", "clipping_norm": p.clipping_norm, "noise_multiplier": z,
-                "target_epsilon": p.target_epsilon, "epsilon": epsilon(z, clients, per_round, rounds, p.delta),
+        return {"dp": "central", "clipping_norm": p.clipping_norm, "noise_multiplier": z, "parts": parts,
+                "target_epsilon": p.target_epsilon, "epsilon": epsilon(z, clients, per_round, rounds, p.delta, parts),
                 "delta": p.delta, "rounds": rounds, "clients": clients, "clients_per_round": per_round,
-                "mechanism": "client-side fixed clipping + Gaussian noise std z*C/m on the equal-weight mean",
+                **({"prototype_clipping_norm": p.prototype_clipping_norm} if parts > 1 else {}),
+                "mechanism": "client-side fixed clipping + Gaussian noise std z*C/m on the equal-weight mean" if parts == 1
+                else f"{parts} parts (update, prototypes, classes held), each clipped to its bound B on the client; "
+                     "Gaussian noise std z*B on each part's sum",
                 "accountant": ACCOUNTANT}
 
 

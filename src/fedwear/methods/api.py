@@ -204,6 +204,9 @@ class Method:
     mean_step: ClassVar[bool] = False
     #: Why central DP (``privacy.dp``) cannot wrap the method, when it cannot (``fedwear methods``).
     no_dp_reason: ClassVar[str] = "its server does not aggregate by a mean of the clients' arrays"
+    #: Central DP by parts (:meth:`dp_parts`): how many Gaussian sums a round releases (0: none;
+    #: the mean of the clipped update is then the only one).
+    dp_part_count: ClassVar[int] = 0
     #: A model's outputs depend on the other windows of its batch (HART's code-faithful LiteFormer):
     #: each window set is then evaluated in its own batches, never cut from a pooled pass.
     batch_dependent_outputs: bool = False
@@ -211,7 +214,21 @@ class Method:
     @classmethod
     def private(cls) -> bool:
         """Whether central DP can wrap the method (see :attr:`no_dp_reason` when not)."""
-        return cls.mean_aggregation or cls.mean_step
+        return cls.mean_aggregation or cls.mean_step or cls.dp_part_count > 0
+
+    # ---- central DP by parts (methods whose server combines several sums: prototypes) ---------
+    def dp_bounds(self, settings) -> dict[str, float]:
+        """Each part's L2 bound: a client's part is clipped to it and the server's sum of the part
+        gets Gaussian noise of std z times it (``settings``: the config's ``privacy`` block)."""
+        raise NotImplementedError
+
+    def dp_parts(self, down: Record, up: Record) -> dict[str, dict[str, np.ndarray]]:
+        """A reply as the vectors the server sums, per part of :meth:`dp_bounds` (unclipped)."""
+        raise NotImplementedError
+
+    def dp_aggregate(self, server: Record, sums: dict[str, dict[str, np.ndarray]], clients: int) -> Record:
+        """The server state from the noisy sums of each part over the round's ``clients`` replies."""
+        raise NotImplementedError
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

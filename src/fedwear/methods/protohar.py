@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
+from fedwear.errors import ConfigError
 from fedwear.methods import prototypes
 from fedwear.methods.api import Record
 from fedwear.methods.fedavg import tensors
@@ -57,8 +58,7 @@ class ProtoHAR(FedRep):
     kinds = ("classification",)  # class prototypes / class balancing
     Options = ProtoHAROptions
     mean_aggregation = False  # prototypes are a per-class mean over the clients that have the class
-    no_dp_reason = ("its prototypes are per-class means over the clients that hold each class; their private form "
-                    "(clipped prototypes, noisy per-class sums and counts) is not built yet")
+    dp_part_count = 3  # the body's update, the prototypes, which classes each client holds
 
     def __init__(self, task, options):
         super().__init__(task, options)
@@ -77,6 +77,39 @@ class ProtoHAR(FedRep):
         body = [k for k in server.arrays if k not in self.empty]
         proto, mask = prototypes.aggregate(replies.values(), weighted=self.options.proto_weighting == "count")
         return Record({**weighted_mean(replies.values(), body), PROTO: proto, MASK: mask})  # Eq. 7, Eq. 8
+
+    # ---- central DP (privacy.dp): three noisy sums, the server's state from them -------------
+    def dp_bounds(self, settings):
+        """The body update to ``clipping_norm``, the prototypes (the ``[Q, k]`` matrix, zero rows for
+        classes the client lacks) to ``prototype_clipping_norm``, and the indicator of the classes
+        the client holds (norm <= sqrt(Q), not clipped). Eq. 8's mean is then over the clients
+        holding a class; the count-weighted mean would need the window counts too."""
+        if self.options.proto_weighting == "count":
+            raise ConfigError("privacy.dp with protohar's proto_weighting=count: the private prototypes are the "
+                              "mean over the clients holding each class; set proto_weighting: uniform")
+        return {"update": settings.clipping_norm, "prototypes": settings.prototype_clipping_norm,
+                "classes": float(np.sqrt(self.task.num_classes))}
+
+    def dp_parts(self, down, up):
+        held = up.arrays[COUNT] > 0
+        return {"update": {k: up.arrays[k].astype(np.float64) - down.arrays[k] for k in self.dp_body(down)},
+                "prototypes": {PROTO: np.where(held[:, None], up.arrays[PROTO], 0.0)},
+                "classes": {MASK: held.astype(np.float64)}}
+
+    def dp_aggregate(self, server, sums, clients):
+        """Eq. 7's body mean and Eq. 8's prototypes from the noisy sums: a class is known where its
+        noisy count of holders reaches 1/2."""
+        holders = sums["classes"][MASK]
+        known = holders >= 0.5
+        proto = np.where(known[:, None], sums["prototypes"][PROTO] / np.maximum(holders, 1.0)[:, None], 0.0)
+        body = {k: (server.arrays[k] + sums["update"][k] / clients).astype(server.arrays[k].dtype)
+                for k in self.dp_body(server)}
+        return Record({**server.arrays, **body, PROTO: proto.astype(np.float32), MASK: known.astype(np.float32)},
+                      dict(server.scalars))
+
+    def dp_body(self, server) -> list[str]:
+        """The body's float arrays (its integer batch-norm counters stay the server's)."""
+        return [k for k, a in server.arrays.items() if k not in self.empty and a.dtype.kind == "f"]
 
     def reply_spec(self, down):
         spec = {k: a.shape for k, a in down.arrays.items() if k != MASK}
