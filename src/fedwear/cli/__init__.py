@@ -107,8 +107,7 @@ def compare(
         if select not in ("final", "best"):
             raise FedwearError(f"--select {select!r}: use final or best")
         slurm_options = executor_options(executor, slurm)
-        names = name_list(methods)
-        if not names:
+        if not (names := name_list(methods)):
             raise FedwearError("--methods: give at least one method, e.g. --methods fedavg,local")
         check_method_names("--methods", names)
         if test_against is not None and test_against not in names:

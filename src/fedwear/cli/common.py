@@ -137,8 +137,7 @@ def parse_seeds(option: str, text: str) -> list[int]:
         raise FedwearError(f"{option} {text!r}: expected comma-separated integers, e.g. {option} 0,1,2") from None
     if not values:
         raise FedwearError(f"{option}: give at least one value, e.g. {option} 0")
-    bad = [v for v in values if not 0 <= v <= SEED_MAX]
-    if bad:
+    if bad := [v for v in values if not 0 <= v <= SEED_MAX]:
         raise FedwearError(f"{option} {text!r}: seed {bad[0]} is out of range; seeds are 0 .. 2**64-1 "
                            f"({SEED_MAX})")
     return values

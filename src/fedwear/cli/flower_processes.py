@@ -80,8 +80,7 @@ def write_app(folder: Path) -> Path:
 
 def make_certs(folder: Path, hosts: list[str]) -> list[Path]:
     """A local certificate authority and a SuperLink certificate for ``hosts`` (testing only)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
+    if (openssl := shutil.which("openssl")) is None:
         raise FedwearError("openssl not found: install it (e.g. apt install openssl) or bring your own certificates")
     folder.mkdir(parents=True, exist_ok=True)
     san = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts)
@@ -167,8 +166,7 @@ def node_public_keys(paths: list[Path]) -> list[Path]:
     keys: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(p.glob("*.pub"))
-            if not found:
+            if not (found := sorted(p.glob("*.pub"))):
                 raise FedwearError(f"--node-keys {p}: no *.pub files in this folder")
             keys += found
         elif p.is_file():

@@ -121,9 +121,8 @@ def reproduce(
                 announce(status, where)
                 write_results(exp, runs, target, command, folder, at_round)
 
-            slurm_options = executor_options(executor, slurm)
             run_grid(todo, jobs, overwrite, quiet=quiet or executor != "local", on_done=progress,
-                     until=until, executor=executor, address=ray_address, slurm=slurm_options)
+                     until=until, executor=executor, address=ray_address, slurm=executor_options(executor, slurm))
         typer.echo(write_results(exp, runs, target, command, folder, at_round))
         typer.echo(f"results: {target}")
 

@@ -33,8 +33,7 @@ from fedwear.summary import aggregate_metrics
 
 def budget_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Final-round weighted metrics (%) of each personalized / new_clients view of one run."""
-    metrics = matching_metrics(cfg, where, at_round)
-    if metrics is None:
+    if (metrics := matching_metrics(cfg, where, at_round)) is None:
         return None
 
     def final_views(rows) -> dict[str, dict[str, float]]:

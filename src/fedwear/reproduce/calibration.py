@@ -46,9 +46,8 @@ def client_only_decided(frame: pd.DataFrame) -> bool:
     """The earlier ledger's rank test: Wilcoxon on each client's seed-averaged difference, decided
     when either one-sided p < :data:`ALPHA`."""
     d = frame.groupby("client")["diff"].mean().to_numpy(float)
-    if np.count_nonzero(d) < 5:
-        return False
-    return min(stats.wilcoxon(d, alternative=alt).pvalue for alt in ("greater", "less")) < ALPHA
+    return np.count_nonzero(d) >= 5 and min(stats.wilcoxon(d, alternative=alt).pvalue
+                                             for alt in ("greater", "less")) < ALPHA
 
 
 def seed_means_decided(frame: pd.DataFrame) -> bool:
@@ -70,17 +69,15 @@ def placebo_pairings(seeds: list[int]) -> list[list[tuple[int, int]]]:
     seeds = sorted(seeds)
     if len(seeds) < 4:
         return [[(a, b)] for a, b in itertools.combinations(seeds, 2)]
-    out, seen = [], set()
+    found: dict[tuple, list[tuple[int, int]]] = {}
     for four in itertools.combinations(seeds, 4):
         for first in itertools.combinations(four, 2):
             second = tuple(s for s in four if s not in first)
             for order in itertools.permutations(second):
                 pairs = tuple(zip(first, order, strict=True))
                 key = min(tuple(sorted(pairs)), tuple(sorted((b, a) for a, b in pairs)))  # sides swapped: the same
-                if key not in seen:
-                    seen.add(key)
-                    out.append(list(pairs))
-    return out
+                found.setdefault(key, list(pairs))
+    return list(found.values())
 
 
 def placebo_frame(values: dict[int, pd.Series], pairing: list[tuple[int, int]]) -> pd.DataFrame | None:
@@ -107,8 +104,7 @@ def placebo(series: list[dict[int, pd.Series]]) -> Placebo:
     total: dict[int, int] = {}
     for values in series:
         for pairing in placebo_pairings(list(values)):
-            frame = placebo_frame(values, pairing)
-            if frame is None:
+            if (frame := placebo_frame(values, pairing)) is None:
                 continue
             k = len(pairing)
             total[k] = total.get(k, 0) + 1
@@ -169,11 +165,7 @@ def simulate(sd: tuple[float, float, float], seeds: int, clients: int, effect: f
 
 def paper_value(cell) -> float | None:
     """A published cell as a number: a float, the mean of [mean, std], or the mean of "m ± s"."""
-    if cell is None:
-        return None
-    if isinstance(cell, list):
-        return float(cell[0])
-    return float(str(cell).split("±")[0])
+    return None if cell is None else float(cell[0] if isinstance(cell, list) else str(cell).split("±")[0])
 
 
 #: FedAli's tables name their columns, not their metrics: the view's column (HHAR's, the first dataset).

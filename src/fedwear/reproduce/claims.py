@@ -37,16 +37,7 @@ from fedwear import files
 from fedwear.config import KIND_METRICS, RunConfig, task_kind
 from fedwear.errors import ConfigError, FedwearError
 from fedwear.evaluation.metrics import LOWER_IS_BETTER, first_impossible
-from fedwear.reproduce import EXPERIMENTS, Experiment, default_out, paper_file, plan
-from fedwear.reproduce.calibration import (
-    CANDIDATES,
-    REPLICATES,
-    SIM_SEEDS,
-    components,
-    paper_effect,
-    placebo,
-    simulate,
-)
+from fedwear.reproduce import EXPERIMENTS, Experiment, calibration, default_out, paper_file, plan
 from fedwear.reproduce.run_files import matching_metrics, rounds_run
 from fedwear.reproduce.seed_test import ALPHA, TEST_NAME, TEST_TEXT, SeedTest, seed_client_test
 from fedwear.rundir import RunFolder
@@ -101,8 +92,7 @@ def parse_claims(entries: list[dict], where: str, own: bool = False) -> list[Cla
         name = e.get("id", f"#{i + 1}") if isinstance(e, dict) else f"#{i + 1}"
         if not isinstance(e, dict):
             raise ConfigError(f"{where}: claim {name} is not a mapping of id, statement, source, view, metric, ...")
-        missing = [k for k in ("id", "statement", "source", "view", "metric") if k not in e]
-        if missing:
+        if missing := [k for k in ("id", "statement", "source", "view", "metric") if k not in e]:
             raise ConfigError(f"{where}: claim {name} lacks {', '.join(missing)}")
         if "chain" in e:
             chain = list(e["chain"])
@@ -147,13 +137,12 @@ def selected_round(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame, view:
             on_test and (task_kind(cfg) == "regression" or exp.writer == "budgets"):
         return int(metrics.loc[(metrics["view"] == view) & (metrics["split"] == "test"), "round"].max())
     ev = cfg.evaluation
+    rule, statistic = ev.best_metric, ev.best_statistic
     if exp.writer == "views" and view in ("global", "global_pooled"):  # the global model's own best round
-        rule = ev.best_for.get("global_pooled", "global_pooled.accuracy")
-        return best_round(rule_aggregate(metrics, rule, split, ev.client_weights), rule, split, "mean")
-    if exp.writer == "views" and ev.best_statistic == "per_client":
+        rule, statistic = ev.best_for.get("global_pooled", "global_pooled.accuracy"), "mean"
+    elif exp.writer == "views" and ev.best_statistic == "per_client":
         return per_client_best(metrics, ev.best_metric, split)["rounds"]
-    return best_round(rule_aggregate(metrics, ev.best_metric, split, ev.client_weights), ev.best_metric, split,
-                      ev.best_statistic)
+    return best_round(rule_aggregate(metrics, rule, split, ev.client_weights), rule, split, statistic)
 
 
 def rule_aggregate(metrics: pd.DataFrame, rule: str, split: str, weights: str) -> pd.DataFrame:
@@ -215,15 +204,13 @@ def client_values(exp: Experiment, cfg: RunConfig, metrics: pd.DataFrame | None,
 def paired_frame(a: dict[int, pd.Series], b: dict[int, pd.Series], lower_is_better: bool) -> pd.DataFrame:
     """One row per (seed, client) both ``a`` and ``b`` (seed -> per-client values) have: seed,
     client and ``a`` minus ``b``, oriented so that positive means ``a`` is better."""
-    rows = [pd.DataFrame({"seed": seed, "client": d.index, "diff": d.to_numpy(float)})
+    sign = -1.0 if lower_is_better else 1.0
+    rows = [pd.DataFrame({"seed": seed, "client": d.index, "diff": sign * d.to_numpy(float)})
             for seed in sorted(set(a) & set(b)) if len(d := (a[seed] - b[seed]).dropna())]
     if not rows:
         return pd.DataFrame({"seed": pd.Series(dtype=int), "client": pd.Series(dtype=str),
                              "diff": pd.Series(dtype=float)})
-    frame = pd.concat(rows, ignore_index=True)
-    if lower_is_better:
-        frame["diff"] = -frame["diff"]
-    return frame
+    return pd.concat(rows, ignore_index=True)
 
 
 def decide(tests: list[tuple[str, str, SeedTest]], margin: float) -> list[Comparison]:
@@ -277,8 +264,7 @@ def evaluate(claim: Claim, runs_root: Path, data_root: Path,
     folder = runs_root / default_out(exp).name
     labels = _labels(claim) | ({claim.rounds_to} if claim.rounds_to else set())
     needed = sorted({_method_view(m, claim.view)[0] for m in labels})
-    absent = [m for m in needed if m not in exp.methods]
-    if absent:
+    if absent := [m for m in needed if m not in exp.methods]:
         return Outcome(claim, UNTESTABLE, folder, reason=f"{exp.key} has no {', '.join(absent)} row")
     planned = [r for r in reader.plan(exp, folder) if r[0] in needed]
     runs: dict[str, list[tuple[int, int, int]]] = {}
@@ -299,8 +285,7 @@ def evaluate(claim: Claim, runs_root: Path, data_root: Path,
     if stale and any(unseeded.values()):
         line += f" (`fedwear reproduce {exp.key} --methods {','.join(m for m in needed if unseeded[m])} --overwrite`: " \
                 f"{', '.join(sorted(stale))} hold runs of an earlier config of the table)"
-    missing = [m for m in needed if not finished.get(m)]
-    if missing:
+    if missing := [m for m in needed if not finished.get(m)]:
         return Outcome(claim, OPEN, folder, run_text, line=line,
                        reason=f"no run of {', '.join(missing)} at its planned rounds in {folder}")
     if claim.rounds_to:
@@ -425,7 +410,7 @@ def comparison_line(c: Comparison, metric: str, margin: float) -> str:
 
 def write_ledger(papers: dict[str, list[Claim]], path: Path, command: str, runs_root: Path,
                  data_root: Path, experiments: dict[str, Experiment] | None = None,
-                 replicates: int = REPLICATES) -> str:
+                 replicates: int = calibration.REPLICATES) -> str:
     """Write the claims ledger of ``papers`` (paper -> its claims) at ``path`` and return its text:
     the command that made it, the test, its calibration, and per claim its runs, effects and verdict."""
     lines = [
@@ -505,22 +490,23 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
                                and (v := client_values(exp, cfg, reader.metrics(cfg, where), view, c.metric))
                                is not None}
         for t in o.tests:
-            if t.frame is not None and (sd := components(t.frame)) is not None:
-                effect = paper_effect(exp.paper, c.view, c.metric, t.better, t.than)
+            if t.frame is not None and (sd := calibration.components(t.frame)) is not None:
+                effect = calibration.paper_effect(exp.paper, c.view, c.metric, t.better, t.than)
                 designs.append((f"{c.id}: {t.better} vs {t.than}", sd, t.test.clients or t.frame["client"].nunique(),
                                 effect))
-    placebos = placebo([values for values in series.values() if len(values) >= 2])
+    placebos = calibration.placebo([values for values in series.values() if len(values) >= 2])
     rng = np.random.default_rng(0)
-    null_rates = {name: [] for name in CANDIDATES}
+    candidates, sim_seeds = calibration.CANDIDATES, calibration.SIM_SEEDS
+    null_rates = {name: [] for name in candidates}
     power_rows = []
     for name, sd, clients, effect in designs:
-        for seeds in SIM_SEEDS:
-            for cand, rate in simulate(sd, seeds, clients, 0.0, rng, replicates).items():
+        for seeds in sim_seeds:
+            for cand, rate in calibration.simulate(sd, seeds, clients, 0.0, rng, replicates).items():
                 null_rates[cand].append(rate)
         if effect is not None:
-            got = {s: simulate(sd, s, clients, effect, rng, replicates)[CANDIDATES[0]] for s in SIM_SEEDS}
+            got = {s: calibration.simulate(sd, s, clients, effect, rng, replicates)[candidates[0]] for s in sim_seeds}
             power_rows.append(f"| {name} | {effect:+.3g} | {sd[0]:.3g} / {sd[1]:.3g} / {sd[2]:.3g} | {clients} | "
-                              + " | ".join(f"{got[s]:.2f}" for s in SIM_SEEDS) + " |")
+                              + " | ".join(f"{got[s]:.2f}" for s in sim_seeds) + " |")
     sides = sorted(placebos.total)
     lines = [
         "", "## Calibration of the test", "",
@@ -532,7 +518,7 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
         f"{placebos.methods} (table, method, view, metric) series the registry reads. Simulation: each registered "
         "comparison with seeds and clients crossed gives its seed, client and residual standard deviations "
         "(method of moments on its runs); differences are drawn from that model with mean 0 at its client count "
-        f"and {', '.join(map(str, SIM_SEEDS))} seeds, {replicates} draws each ({len(designs)} designs, generator "
+        f"and {', '.join(map(str, sim_seeds))} seeds, {replicates} draws each ({len(designs)} designs, generator "
         "seed 0); the row gives the mean and the largest rate over the designs (one rate near 5% has a "
         f"Monte-Carlo standard error of {100 * np.sqrt(0.05 * 0.95 / replicates):.1f} points). The ledger uses the "
         "first test.",
@@ -541,7 +527,7 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
         + " | simulated null, mean | simulated null, largest |",
         "|---|" + "---|" * (len(sides) + 2),
     ]
-    for cand in CANDIDATES:
+    for cand in candidates:
         cells = [f"{placebos.decided.get((cand, k), 0)} / {placebos.total[k]} "
                  f"({placebos.decided.get((cand, k), 0) / placebos.total[k]:.1%})" for k in sides]
         rates = null_rates[cand]
@@ -553,8 +539,8 @@ def calibration_lines(outcomes: list[Outcome], runs_root: Path, experiments: dic
                   "(seed / client / residual): the share of draws decided as claimed or either way (two-sided, "
                   "with no Holm adjustment).", "",
                   "| comparison | paper's effect | sd (seed / client / residual) | clients | "
-                  + " | ".join(f"{s} seeds" for s in SIM_SEEDS) + " |",
-                  "|---|---|---|---|" + "---|" * len(SIM_SEEDS), *power_rows]
+                  + " | ".join(f"{s} seeds" for s in sim_seeds) + " |",
+                  "|---|---|---|---|" + "---|" * len(sim_seeds), *power_rows]
     return lines
 
 

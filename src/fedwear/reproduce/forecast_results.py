@@ -42,8 +42,7 @@ def final_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Per view, the unweighted mean and population std over clients of each metric at the run's
     last evaluated round (test split), plus its rounds, CPU time and the personalized MSE's change
     since the last evaluated round at least ``DRIFT_ROUNDS`` earlier (``None`` without one)."""
-    metrics = matching_metrics(cfg, where, at_round)
-    if metrics is None:
+    if (metrics := matching_metrics(cfg, where, at_round)) is None:
         return None
     agg = aggregate_metrics(metrics, "uniform")
     agg = agg[agg["split"] == "test"]
@@ -59,20 +58,13 @@ def final_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
             "seed": cfg.seed, "drift": drift}
 
 
-def margins(paper: dict) -> dict[str, float]:
-    """Per metric, the gap between the paper's best and second-best method (its own margin)."""
-    out = {}
-    for i, m in enumerate(paper["metrics"]):
-        values = sorted(row[i][0] for row in paper["rows"].values())
-        out[m] = values[1] - values[0] if len(values) > 1 else float("nan")
-    return out
-
-
 def forecast_lines(exp: Experiment, runs: list[Planned], by_method: dict[str, list[dict]],
                    at_round: int | None = None) -> list[str]:
     paper = paper_table(exp.paper) if exp.paper else {"rows": {}, "metrics": list(METRICS), "source": "none"}
     has_ref = bool(paper["rows"])
-    margin = margins(paper) if has_ref else {}
+    # per metric, the gap between the paper's best and second-best method (its own margin)
+    ranked = {m: sorted(row[i][0] for row in paper["rows"].values()) for i, m in enumerate(paper["metrics"])}
+    margin = {m: v[1] - v[0] if len(v) > 1 else float("nan") for m, v in ranked.items()} if has_ref else {}
     head = " | ".join(f"{LABEL[m]} | paper | Δ" if has_ref else LABEL[m] for m in METRICS)
     lines = [
         f"Compared with: {paper['source']}." if has_ref else "No published numbers to compare with.", "",
@@ -113,9 +105,8 @@ def forecast_lines(exp: Experiment, runs: list[Planned], by_method: dict[str, li
                   "depend on the method):", "", "| forecast | " + " | ".join(LABEL[m] for m in METRICS) + " |",
                   "|" + "---|" * (1 + len(METRICS))]
         first = naive[0]["views"]
-        for view in NAIVE:
-            if view in first:
-                lines.append(f"| {view} | " + " | ".join(pm_cell([first[view][m]], 3) for m in METRICS) + " |")
+        lines += [f"| {view} | " + " | ".join(pm_cell([first[view][m]], 3) for m in METRICS) + " |"
+                  for view in NAIVE if view in first]
     return lines
 
 

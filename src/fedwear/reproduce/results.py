@@ -36,8 +36,7 @@ LABEL = {"accuracy": "Acc", "macro_f1": "F1", "auc": "AUC"}
 
 def run_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Best-round and per-metric-best values (personalized view, test split, in %) of one run."""
-    metrics = matching_metrics(cfg, where, at_round)
-    if metrics is None:
+    if (metrics := matching_metrics(cfg, where, at_round)) is None:
         return None
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)
@@ -158,8 +157,7 @@ def _rounds_section(exp: Experiment, by_method: dict[str, list[dict]]) -> list[s
              "'never' = not reached in the rounds run.", ""]
     seed0 = {m: next((n for n in runs if n["seed"] == 0), None) for m, runs in by_method.items()}
     for key, target_method in (("fedavg_target", "fedavg"), ("fedrep_target", "fedrep")):
-        base = seed0.get(target_method)
-        if base is None:
+        if (base := seed0.get(target_method)) is None:
             continue
         target = float(base["curve"].max())
         base_rounds = rounds_to(base["curve"], target)

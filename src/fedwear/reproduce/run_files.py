@@ -60,18 +60,14 @@ def short_of(where: Path, at_round: int) -> bool:
 
 
 def table_progress(runs: list[tuple[str, RunConfig, Path]]) -> str:
-    """How far a table's runs got: finished runs, and rounds done out of all rounds planned."""
+    """How far a table's runs got: finished runs, and rounds done out of all rounds planned (an
+    unfinished run's: the last round its ``timing.csv`` records, 0 when it has not started)."""
     folders = [(cfg, RunFolder(where)) for _, cfg, where in runs]
     finished = sum(folder.finished for _, folder in folders)
-    done = sum(cfg.rounds if folder.finished else _timed_rounds(folder) for cfg, folder in folders)
+    done = sum(cfg.rounds if folder.finished else int(max(folder.timing().get("round", []), default=0))
+               for cfg, folder in folders)
     planned = sum(cfg.rounds for _, cfg, _ in runs)
     return f"{finished}/{len(runs)} runs finished, {done}/{planned} rounds"
-
-
-def _timed_rounds(folder: RunFolder) -> int:
-    """The last round a run folder's ``timing.csv`` records (0 when it has not started)."""
-    t = folder.timing()
-    return int(t["round"].max()) if len(t) else 0
 
 
 def rounds_run(where: Path, at_round: int | None = None) -> int:
@@ -188,9 +184,8 @@ def context_section(paper: dict) -> list[str]:
     """A paper's own table, for context: measured on other datasets than the runs (its
     ``source`` names them), so no difference is computed."""
     cols = paper["columns"]
-    lines = ["", f"## The paper's numbers, for context ({paper['source']})", "",
-             f"They were measured on other datasets ({paper['datasets']}), so no difference is computed.", "",
-             "| Method | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols))]
-    for method, row in paper["rows"].items():
-        lines.append(f"| {method} | " + " | ".join("N/A" if v is None else str(v) for v in row) + " |")
-    return lines
+    return ["", f"## The paper's numbers, for context ({paper['source']})", "",
+            f"They were measured on other datasets ({paper['datasets']}), so no difference is computed.", "",
+            "| Method | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols)),
+            *(f"| {method} | " + " | ".join("N/A" if v is None else str(v) for v in row) + " |"
+              for method, row in paper["rows"].items())]

@@ -88,13 +88,10 @@ def seed_client_test(d: pd.DataFrame, margin: float = 0.0, floor_df: str = "seed
         return _t_result(means.mean(), stats.sem(means), seeds - 1, margin, seeds, int(d["client"].nunique()),
                          "nested")
     d = d[d["client"].isin(complete)]
-    clients = len(complete)
-    fit = smf.ols("diff ~ C(seed) + C(client)", data=d).fit()
-    table = anova_lm(fit)
-    ms = table["mean_sq"].to_numpy(float)  # C(seed), C(client), Residual
-    dfs = table["df"].to_numpy(float)
-    mean, se, df = crossed_mean_se(d["diff"].mean(), ms, dfs, seeds, clients, floor_df)
-    return _t_result(mean, se, df, margin, seeds, clients, "crossed")
+    table = anova_lm(smf.ols("diff ~ C(seed) + C(client)", data=d).fit())  # rows: C(seed), C(client), Residual
+    mean, se, df = crossed_mean_se(d["diff"].mean(), table["mean_sq"].to_numpy(float), table["df"].to_numpy(float),
+                                   seeds, len(complete), floor_df)
+    return _t_result(mean, se, df, margin, seeds, len(complete), "crossed")
 
 
 def crossed_mean_se(mean: float, ms: np.ndarray, dfs: np.ndarray, seeds: int, clients: int,

@@ -39,8 +39,7 @@ from fedwear.summary import aggregate_metrics, best_round, per_client_best
 def view_numbers(cfg, where: Path, at_round: int | None = None) -> dict | None:
     """Personalization / generalization macro-F1 (mean, std over clients) at the best round,
     the global view's pooled accuracy and macro-F1 at its own best round, and the run's cost."""
-    metrics = matching_metrics(cfg, where, at_round)
-    if metrics is None:
+    if (metrics := matching_metrics(cfg, where, at_round)) is None:
         return None
     ev = cfg.evaluation
     agg = aggregate_metrics(metrics, ev.client_weights)

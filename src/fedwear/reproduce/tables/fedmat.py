@@ -22,8 +22,7 @@ def mtl_reference(options: str = "") -> tuple[str, ...]:
     references' 10 epochs, its train loss was still falling, 0.54 against the centralised
     reference's 0.19); a new user trains its own head on the body for 4 epochs (FedMAT's larger
     budget, e4)."""
-    central = central_reference(options)
-    return ("method=fedper", *central[1:3], "rounds=50", "clients_per_round=1.0", "local_epochs=1",
+    return ("method=fedper", *central_reference(options)[1:3], "rounds=50", "clients_per_round=1.0", "local_epochs=1",
             "evaluation.every=10", "evaluation.adapt_epochs=4", "evaluation.best_metric=personalized.accuracy")
 
 

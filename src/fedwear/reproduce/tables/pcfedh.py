@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fedwear.reproduce.experiment import Experiment
 
 PCFEDH_METHODS = ("local", "fedavg", "fedprox", "fedala", "ifca", "fedsoft", "fedce", "fedproto", "fedpcl", "pcfedh")
@@ -10,31 +12,29 @@ PCFEDH_METHODS = ("local", "fedavg", "fedprox", "fedala", "ifca", "fedsoft", "fe
 #: results/bench_pcfedh_rounds.md), so ten of them cost about half of the 500 soft rounds.
 PCFEDH_ONE_CLUSTERING_ROUND = ("method_options.pcfedh.pcl_rounds=1", "rounds=502")
 ABLATIONS = ("no_pcl", "no_cre", "no_sc")
+#: Table 2's methods, on any of its datasets.
+table2 = partial(Experiment, methods=PCFEDH_METHODS, run_first=("pcfedh", "fedavg", "fedprox"))
 
 
 EXPERIMENTS = [
-    *(Experiment(
+    *(table2(
         key=f"pcfedh:table2-{name}",
         title=f"PCFedH, Table 2 on {title} (code-faithful protocol)",
         config=f"pcfedh_{name}.yaml",
-        methods=PCFEDH_METHODS,
         # every method at 3 seeds: its claims compare PCFedH with each, and one seed decides no claim
         seeds=(0, 1, 2),
         sets=sets,
-        run_first=("pcfedh", "fedavg", "fedprox"),
         paper=f"pcfedh:table2_{name}",
         folder=f"pcfedh-{name}",  # pcfedh:table3 and table4 share the PPG-DaLiA runs
         results=f"pcfedh_{name}.md",
     ) for name, title, sets in (("ppg_dalia", "PPG-DaLiA", {}),
                                 ("distracted_driving", "the distracted-driving data",
                                  {"pcfedh": PCFEDH_ONE_CLUSTERING_ROUND}))),
-    Experiment(
+    table2(
         key="pcfedh:table2-stress_predict",
         title="PCFedH's Table 2 methods on Stress-Predict heart rate (not in the paper)",
         config="pcfedh_stress_predict.yaml",
-        methods=PCFEDH_METHODS,
         sets={"pcfedh": PCFEDH_ONE_CLUSTERING_ROUND},
-        run_first=("pcfedh", "fedavg", "fedprox"),
         results="pcfedh_stress_predict.md",
         folder="pcfedh-stress_predict",
     ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fedwear.reproduce.experiment import Experiment
 
 PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold", "lgfedavg", "fedhome",
@@ -12,44 +14,40 @@ PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold"
 #: userProtoHAR.py). So one row runs the table's seeds, and eps = 0.1 runs seed 0 only, to show in the
 #: table itself that its numbers are eps = 0.01's (tests/test_protohar.py: bit-identical prototypes).
 RP_ROWS = {"protohar-rp0.01": 0.01, "protohar-rp0.1": 0.1}
+#: Table II's methods, on any of its protocols and datasets.
+table2 = partial(Experiment, methods=PROTOHAR_METHODS, run_first=("protohar", "fedavg", "fedrep"))
 
 
 EXPERIMENTS = [
-    Experiment(
+    table2(
         key="protohar:table2",
         title="ProtoHAR, Table II on USC-HAD (code-faithful protocol)",
         config="protohar_usc_had.yaml",
-        methods=PROTOHAR_METHODS,
         # seeds 1-2 also for the rows whose seed-0 gap was open (their findings: results/notes/protohar_uschad.yaml)
         more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep", "fedproto", "lgfedavg", "local",
                                           "fedprox", "moon", "scaffold", "fedhome")},
         sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
-        run_first=("protohar", "fedavg", "fedrep"),
         paper="protohar:table2",
         rounds_table="protohar:table3",
         results="protohar_uschad.md",
     ),
-    Experiment(
+    table2(
         key="protohar:table2-leakfree",
         title="ProtoHAR's Table II methods on USC-HAD under fedwear's leakage-free protocol",
         config="protohar_usc_had_leakfree.yaml",
-        methods=PROTOHAR_METHODS,
         # protohar:table2's SOLO and centralized runs peak by round 15 of their 60 (~100 CPU-min each)
         sets={"centralized": ("rounds=30",), "local": ("rounds=30",)},
         # the leakage-free claim's three methods at protohar:table2's seeds: one seed decides no claim
         more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep")},
         reference="protohar:table2",
-        run_first=("protohar", "fedavg", "fedrep"),
         results="protohar_uschad_leakfree.md",
     ),
-    Experiment(
+    table2(
         key="protohar:table2-uci_hapt",
         title="ProtoHAR's Table II methods on UCI HAPT (code-faithful protocol; not in the paper)",
         config="protohar_uci_hapt.yaml",
-        methods=PROTOHAR_METHODS,
         more_seeds={m: (0, 1, 2) for m in ("protohar", "fedavg", "fedrep")},  # as protohar:table2
         sets={"centralized": ("rounds=60",), "local": ("rounds=60",)},
-        run_first=("protohar", "fedavg", "fedrep"),
         results="protohar_uci_hapt.md",
     ),
     Experiment(
