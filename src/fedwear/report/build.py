@@ -131,8 +131,7 @@ def _empty_sections(groups: Groups, plots: list[Plot]) -> dict[str, str]:
     if any(p.section == "classes" for p in plots) or not any(is_classification(r) for r in runs):
         return {}
     if missing := missing_confusion(groups):
-        return {"classes": f"No confusion matrix or per-class F1: {NO_FILE}: "
-                           f"{runs_text(missing)}."}
+        return {"classes": f"No confusion matrix or per-class F1: {NO_FILE}: {runs_text(missing)}."}
     return {"classes": "No confusion matrix or per-class F1: the runs' confusion.csv holds no test-split row of "
                        "the personalized or new_clients view at their final round."}
 

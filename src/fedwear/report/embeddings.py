@@ -24,7 +24,7 @@ import json
 import math
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -92,8 +92,8 @@ class Panel:
     kept: bool = False
 
     def to_json(self) -> dict:
-        plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**plain, "xy": self.xy.tolist(), "y": self.y.tolist(), "client": self.client.tolist()}
+        return {**asdict(self), "xy": self.xy.tolist(), "y": self.y.tolist(),
+                "client": self.client.tolist()}
 
     @classmethod
     def from_json(cls, d: dict) -> Panel:
@@ -451,7 +451,6 @@ def round_note(round: int, final_round: object) -> str:
 def caption(results: dict[str, Panel | Skipped]) -> str:
     """What the figure shows: checkpoint round, windows, model per client, t-SNE settings."""
     done = {m: r for m, r in results.items() if isinstance(r, Panel)}
-    skipped = {m: r for m, r in results.items() if isinstance(r, Skipped)}
     parts = [
         "t-SNE of body embeddings (ProtoHAR, Cheng et al. 2023, Fig. 4): the output of the model's "
         "body (the features the classifier head receives) for every training client's own "
@@ -479,6 +478,6 @@ def caption(results: dict[str, Panel | Skipped]) -> str:
             )
     parts.append(f"The points of each panel are in {POINTS}. Each panel is its own t-SNE of all its clients' embeddings pooled: {TSNE_TEXT}; "
                  "the axes have no units and the panels are not aligned with each other.")
-    for method, r in skipped.items():
-        parts.append(f"Skipped {method} seed {r.seed}: {r.reason}.")
+    parts += [f"Skipped {m} seed {r.seed}: {r.reason}." for m, r in results.items()
+              if isinstance(r, Skipped)]
     return " ".join(parts)

@@ -147,8 +147,7 @@ def with_gaps(t: np.ndarray, *series: np.ndarray) -> tuple[np.ndarray, ...]:
     if len(t) < 3:
         return (t, *series)
     steps = np.diff(t)
-    usual = np.median(steps)
-    cut = np.flatnonzero(steps > 1.5 * usual) + 1
+    cut = np.flatnonzero(steps > 1.5 * np.median(steps)) + 1
     return tuple(np.insert(np.asarray(a, np.float64), cut, np.nan) for a in (t, *series))
 
 

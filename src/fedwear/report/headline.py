@@ -211,8 +211,7 @@ def _run_headline(run, out: Path, metric: str, views: list[str], same: dict[str,
     rng = np.random.default_rng(0)  # the points' jitter: the same every time
     drawn, counts, means = [], [], []
     for g, view in enumerate(views):
-        clients = final_rows(run, view)[metric].to_numpy(float)
-        clients = clients[~np.isnan(clients)]
+        clients = final_rows(run, view)[metric].dropna().to_numpy(float)
         counts.append(len(clients))
         if len(clients):
             box = ax.boxplot([factor * clients], positions=[g], widths=0.5, patch_artist=True, showfliers=False,

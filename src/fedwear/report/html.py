@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedwear.report.plots import Groups, Plot, flat, metrics_of, weighted
+from fedwear.report.plots import Groups, Plot, flat, metrics_of, n_seeds, weighted
 from fedwear.report.rundir import Run
 from fedwear.report.tables import ordered_views
 from fedwear.report.units import fmt, row_label, units_note
@@ -165,15 +165,12 @@ def comparison_table(groups: Groups, select: str, reference: str | None = None) 
     """Per view x metric (rows) and method (columns): mean ± population std over seeds of the
     per-seed sample-weighted means over clients at the ``select`` (final or best) round (one
     seed: its value alone; the column header gives each method's seeds); ``reference``'s column
-    header says so; a sentence
-    instead when no run evaluated a round."""
-    if not any(r.evaluated for runs in groups.values() for r in runs):
+    header says so; a sentence instead when no run evaluated a round."""
+    if not any(r.evaluated for r in flat(groups)):
         return '<p class="empty">No round evaluated yet: no run\'s metrics.csv holds a row.</p>'
-    summaries = [r.summary for runs in groups.values() for r in runs]
-    order = [m for runs in groups.values() for r in runs for m in r.metric_names]
-    views, metrics = _views_metrics(summaries, list(dict.fromkeys(order)))
+    views, metrics = _views_metrics([r.summary for r in flat(groups)], metrics_of(groups))
     head = ('<tr><th class="l">view</th><th class="l">metric</th>'
-            + "".join(f"<th>{escape(m)} ({len(runs)} seed{'s' if len(runs) > 1 else ''}"
+            + "".join(f"<th>{escape(m)} ({n_seeds(len(runs))}"
                       f"{', reference' if m == reference else ''})</th>"
                       for m, runs in groups.items()) + "</tr>")
     rows = []

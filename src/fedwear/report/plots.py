@@ -476,9 +476,8 @@ def distribution_plots(groups: Groups, out: Path) -> list[Plot]:
             for method, runs in groups.items():
                 if view in same[method]:  # the same model as an earlier view: drawn there once
                     continue
-                seeds = [final_rows(r, view)[metric].to_numpy(float) if metric in r.metrics else np.zeros(0)
-                         for r in runs]
-                seeds = [s[~np.isnan(s)] for s in seeds]
+                seeds = [final_rows(r, view)[metric].dropna().to_numpy(float)
+                         for r in runs if metric in r.metrics]
                 seeds = [s for s in seeds if len(s)]
                 if seeds:
                     per_method[method] = (np.concatenate(seeds),

@@ -60,8 +60,7 @@ class EncoderFeatures:
 
 def sample(total: int, k: int, seed: int = SAMPLE_SEED) -> np.ndarray:
     """``min(k, total)`` indices of ``range(total)`` drawn uniformly without replacement, sorted."""
-    rng = np.random.default_rng(seed)
-    return np.sort(rng.choice(total, size=min(k, total), replace=False))
+    return np.sort(np.random.default_rng(seed).choice(total, size=min(k, total), replace=False))
 
 
 def nearest_prototype(z: np.ndarray, protos: np.ndarray) -> np.ndarray:
@@ -128,12 +127,10 @@ def prototype_plot(run: Run, f: EncoderFeatures | Skipped, out: Path) -> Plot:
         left.scatter(points[:, 0], points[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
         left.scatter(stars[:, 0], stars[:, 1], s=120, marker="*", edgecolors="black",
                      linewidths=0.8, c=palette)
-        left.set_title(f"encoder features (q = {f.z.shape[1]}) and prototypes")
+        left.set(title=f"encoder features (q = {f.z.shape[1]}) and prototypes", xticks=[], yticks=[])
         raw = tsne(f.raw)
         right.scatter(raw[:, 0], raw[:, 1], s=4, c=colors, linewidths=0, alpha=0.8)
-        right.set_title(f"raw windows ({f.raw.shape[1]} values)")
-        for ax in (left, right):
-            ax.set(xticks=[], yticks=[])
+        right.set(title=f"raw windows ({f.raw.shape[1]} values)", xticks=[], yticks=[])
         counts = np.bincount(f.nearest, minlength=k)
         handles = [Line2D([], [], ls="", marker="o", markersize=5, color=c) for c in palette]
         labels = [f"prototype {i} ({counts[i]})" for i in range(k)]

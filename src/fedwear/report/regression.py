@@ -65,5 +65,4 @@ def regression_plots(groups: Groups, out: Path, root: Path | None = None,
                 plots.append(prototype_plot(run, features, out))
         elif getattr(METHODS.get(run.method), "has_cluster_space", False):  # it would have one: say why not
             plots.append(prototype_plot(run, restored, out))
-    cache.clear()
     return plots

@@ -226,8 +226,7 @@ def load(path: Path) -> Run | Comparison:
                            "(a comparison directory)")
     if is_run_dir(path):
         return load_run(path)
-    subdirs = sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p))
-    if subdirs:
+    if subdirs := sorted(p for p in path.iterdir() if p.is_dir() and is_run_dir(p)):
         return load_comparison(path, subdirs)
     raise FedwearError(
         f"{path} is neither a run directory (config.yaml, metrics.csv, summary.json written by "
@@ -280,11 +279,9 @@ def load_comparison(path: Path, subdirs: list[Path]) -> Comparison:
     for sub in subdirs:
         run = load_run(sub)
         cmp.runs.setdefault(run.name, []).append(run)
-    for runs in cmp.runs.values():
-        runs.sort(key=_seed_order)
     order = _table_order(path / files.TABLE_CSV)
     ranked = sorted(cmp.runs, key=lambda m: (order.index(m) if m in order else len(order)))
-    cmp.runs = {m: cmp.runs[m] for m in ranked}
+    cmp.runs = {m: sorted(cmp.runs[m], key=_seed_order) for m in ranked}
     return cmp
 
 

@@ -68,8 +68,7 @@ def _outline(label, renderer) -> Path:
     or upright, else its rectangle turned about its anchor (``rotation_mode="anchor"``), since
     the extent of a turned label is a much larger upright box."""
     box = label.get_window_extent(renderer)
-    angle = label.get_rotation() % 90
-    if angle == 0 or label.get_rotation_mode() != "anchor":
+    if label.get_rotation() % 90 == 0 or label.get_rotation_mode() != "anchor":
         return Path([(box.x0, box.y0), (box.x1, box.y0), (box.x1, box.y1), (box.x0, box.y1), (box.x0, box.y0)])
     w, h, _ = renderer.get_text_width_height_descent(label.get_text(), label.get_fontproperties(), ismath=False)
     xs = {"left": (0, w), "center": (-w / 2, w / 2), "right": (-w, 0)}[label.get_horizontalalignment()]
