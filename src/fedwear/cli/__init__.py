@@ -27,6 +27,7 @@ from fedwear.cli.common import (
     reflow_help,
 )
 from fedwear.cli.data import data_app
+from fedwear.cli.export import export
 from fedwear.cli.flower import flower_app
 from fedwear.cli.reference import config_reference
 from fedwear.cli.report import report
@@ -139,6 +140,7 @@ def methods_cmd(
         marks = ["cpu or cuda" if "cuda" in cls.devices else "cpu"]
         if getattr(cls, "trains_together", False):  # engine=batched may train its clients together
             marks.append("batched: clients trained together")
+        marks.append("central DP" if cls.private() else f"no central DP: {cls.no_dp_reason}")
         echo_listing(f"{name:12s} {cls.summary} [{'; '.join(marks)}]", 13)
         for opt, field in cls.Options.model_fields.items():
             echo_listing(f"{'':12s}   {name}.{opt} = {field.default!r}: {field.description or ''}", 17)
@@ -172,6 +174,7 @@ for name, command, panel in (
     app.command(name, rich_help_panel=panel)(command)
 app.add_typer(data_app, name="data", rich_help_panel=SETUP)
 app.add_typer(flower_app, name="flower", rich_help_panel="Deployment")
+app.command("export", rich_help_panel="Deployment")(export)
 reflow_help(app)
 
 

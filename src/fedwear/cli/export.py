@@ -23,8 +23,11 @@ def export(
     cost: Annotated[bool, typer.Option(
         "--cost/--no-cost", help="measure parameters, MACs, size in fp32 and int8, and latency")] = True,
 ) -> None:
-    """Write each client's personalized model as its personalized view evaluates it (an ONNX file
-    and a JSON naming its input, outputs, parity check and on-device cost)."""
+    """Write each client's personalized model as an ONNX file for a device, with a JSON of its input,
+    outputs and cost.
+
+    The model is the one the run's personalized view evaluates, checked in onnxruntime against it on
+    the client's test windows."""
     from fedwear.errors import FedwearError
     from fedwear.export import FORMATS, export_run
 
