@@ -570,12 +570,10 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
                 x = of(r).reindex(y.index)
                 if 0 in y.index and pd.isna(x.get(0)):  # evaluated before any training round
                     x.loc[0] = 0.0
-                ok = x.notna()
-                if ok.any():
-                    per_seed.append(pd.DataFrame({"x": x[ok], "y": y[ok]}))
+                if len(both := pd.DataFrame({"x": x, "y": y}).dropna()):
+                    per_seed.append(both)
             if per_seed:
-                table = pd.concat(per_seed, keys=range(len(per_seed)), names=["seed", "round"])
-                lines[key][method] = table.groupby(level="round").agg(
+                lines[key][method] = pd.concat(per_seed).groupby(level="round").agg(
                     x=("x", "mean"), mean=("y", "mean"), lo=("y", "min"), hi=("y", "max"))
                 used[method] = v
     if not lines["mb"] and not lines["s"]:
