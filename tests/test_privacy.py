@@ -121,7 +121,7 @@ def test_an_impossible_budget_and_two_noise_settings_are_refused():
     with pytest.raises(ConfigError, match="needs a noise multiplier above"):
         method_and_data(**{"privacy.dp": "central", "privacy.target_epsilon": 1e-6})
     with pytest.raises(ConfigError, match="not both"):
-        tiny_config(**{"privacy.dp": "central", "privacy.target_epsilon": 1.0, "privacy.noise_multiplier": 1.0})
+        tiny_config(**{"privacy.dp": "central", "privacy.target_epsilon": 1.0, "privacy.noise_multiplier": 2.0})
 
 
 # The seed methods under central DP.

@@ -278,6 +278,13 @@ def test_a_new_client_adapts_before_any_fit():
         np.testing.assert_allclose(head.arrays[name], plain.arrays[name], rtol=1e-6, atol=1e-7)
 
 
-def test_central_dp_is_refused_up_front():
-    with pytest.raises(ConfigError, match="privacy.dp"):
-        tiny_config(method="protohar", **{"privacy.dp": "central"})
+def test_central_dp_with_count_weighted_prototypes_is_refused_up_front():
+    """Private prototypes are the mean over the clients holding a class (tests/test_privacy.py);
+    the count-weighted mean would release the window counts too."""
+    from fedwear.data import load_federated
+    from fedwear.methods import Task, build_method
+    from fedwear.privacy import private
+
+    cfg = tiny_config(method="protohar", **{"privacy.dp": "central", "method_options.protohar.proto_weighting": "count"})
+    with pytest.raises(ConfigError, match="proto_weighting=count"):
+        private(build_method(Task.of(cfg, load_federated(cfg.dataset, cfg.seed))), cfg)

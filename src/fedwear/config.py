@@ -156,9 +156,9 @@ class PrivacyConfig(Strict):
     prototype_clipping_norm: float = Field(
         1.0, gt=0, description="methods that send class prototypes (protohar): the L2 bound of a client's prototypes "
         "(its [classes, k] matrix); the noise on their sum has std z times it")
-    noise_multiplier: float | None = Field(
-        None, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates; null: 1.0, or the "
-        "smallest z that meets target_epsilon")
+    noise_multiplier: float = Field(
+        1.0, ge=0, description="z: the server adds N(0, (z C / m)^2) to the mean of m updates; with target_epsilon, "
+        "the smallest z that meets it instead")
     target_epsilon: float | None = Field(
         None, gt=0, description="a budget: z is chosen so that the whole run is (target_epsilon, delta)-DP for each "
         "client (fedwear.privacy.noise_for_budget); null: z is noise_multiplier")
@@ -167,7 +167,7 @@ class PrivacyConfig(Strict):
 
     @model_validator(mode="after")
     def _one_noise_setting(self) -> PrivacyConfig:
-        if self.target_epsilon is not None and self.noise_multiplier is not None:
+        if self.target_epsilon is not None and self.noise_multiplier != 1.0:
             raise ValueError("set privacy.noise_multiplier or privacy.target_epsilon, not both: a budget chooses "
                              "the noise multiplier")
         return self

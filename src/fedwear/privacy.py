@@ -107,13 +107,10 @@ def noise_for_budget(target_epsilon: float, clients: int, per_round: int, rounds
 
 
 def noise_multiplier(cfg, clients: int, parts: int = 1) -> float:
-    """The run's z: ``privacy.noise_multiplier``, the one ``privacy.target_epsilon`` asks for,
-    or 1.0."""
+    """The run's z: the one ``privacy.target_epsilon`` asks for, else ``privacy.noise_multiplier``."""
     p = cfg.privacy
-    if p.noise_multiplier is not None:
-        return p.noise_multiplier
     if p.target_epsilon is None:
-        return 1.0
+        return p.noise_multiplier
     return noise_for_budget(p.target_epsilon, clients, cfg.clients_per_round_count(clients), cfg.rounds, p.delta,
                             parts)
 
