@@ -71,3 +71,15 @@ def test_the_global_model_and_unknown_clients(tmp_path):
     with pytest.raises(FedwearError, match="has no global model"):
         export_run(local, tmp_path / "out2", global_model=True)
     assert np.isfinite(e.meta["parity"]["max_abs_diff"])
+
+
+def test_compare_ends_with_the_on_device_cost(tmp_path):
+    from fedwear.commands import compare
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(tiny_config(rounds=1).model_dump_json())
+    result = compare(cfg, ["fedavg", "local"], out_dir=tmp_path / "cmp", cost=True)
+    section = result.markdown.split("## On-device cost")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| fedavg") or line.startswith("| local")]
+    assert len(rows) == 2 and "835" in rows[0]  # the tiny cnn's parameters
+    assert (tmp_path / "cmp" / "fedavg-s0" / "export" / "s01.json").is_file()

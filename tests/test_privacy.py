@@ -217,3 +217,13 @@ def test_protohar_runs_privately_on_both_engines_with_the_same_numbers(tmp_path)
     assert a.summary["privacy"]["parts"] == 3 and a.summary["privacy"]["epsilon"] > 0
     assert (a.out_dir / "metrics.csv").read_bytes() == (b.out_dir / "metrics.csv").read_bytes()
     assert "left out of aggregation" not in (a.out_dir / "run.log").read_text()
+
+
+def test_compare_reports_each_private_runs_epsilon(tmp_path):
+    from fedwear.commands import compare
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(tiny_config(rounds=1, **{"privacy.dp": "central", "privacy.target_epsilon": 30.0}).model_dump_json())
+    md = compare(cfg, ["fedavg"], out_dir=tmp_path / "cmp").markdown
+    row = next(line for line in md.split("## Privacy")[1].splitlines() if line.startswith("| fedavg"))
+    assert float(row.split("|")[3]) <= 30.0 and "3 of 6" in row

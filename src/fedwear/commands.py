@@ -49,6 +49,7 @@ def compare(
     address: str | None = None,
     slurm: dict | None = None,
     on_done: Callable | None = None,
+    cost: bool = False,
 ) -> Comparison:
     """Run every method of ``methods`` at every seed of ``seeds`` on ``config`` (with
     ``overrides``, ``key=value``) into ``out_dir`` (default ``runs/compare-<config>``), and write
@@ -61,9 +62,12 @@ def compare(
     the table gives each test's difference, interval and p-value. ``jobs`` runs in parallel
     (processes; each gets ``cores / jobs`` threads unless the config sets ``threads``);
     ``executor`` ``ray`` (at ``address``) or ``slurm`` (``slurm``'s options) run them on a cluster
-    (docs/clusters.md). ``on_done(status)`` hears of each run as it finishes."""
+    (docs/clusters.md). ``on_done(status)`` hears of each run as it finishes. ``cost``: the table
+    ends with each method's on-device cost (:func:`fedwear.export.cost_section`; its first seed's
+    run, exported into the run's ``export/``)."""
     from fedwear.compare import run_grid
     from fedwear.methods import METHODS, unknown_method
+    from fedwear.privacy import privacy_section
     from fedwear.report.tables import comparison_table
 
     if select not in ("final", "best"):
@@ -100,6 +104,12 @@ def compare(
             tests = tests_against({name: [(done[where], where) for n, _, where in runs if n == name]
                                    for name in names}, test_against, select, base)
         md, frame = comparison_table(summaries, select, base, tests)
+        if (private := privacy_section(summaries)) is not None:
+            md += "\n\n" + private
+        if cost:
+            from fedwear.export import cost_section
+
+            md += "\n\n" + cost_section({name: root / f"{name}-s{seeds[0]}" for name in names})
         (root / files.TABLE_MD).write_text(md + "\n")
         frame.to_csv(root / files.TABLE_CSV, index=False)
     return Comparison(root, frame, md, summaries)

@@ -154,6 +154,7 @@ def _one(restored: Restored, client: ClientData | None, out: Path, cost: bool) -
                                "(its personalized view evaluates none); try --global")
         predictor, name, windows = as_predictor(found), client.client_id, client.test.x
     module = AsModule(predictor).eval()
+    out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.onnx"
     example = torch.from_numpy(np.ascontiguousarray((windows if windows is not None else
                                                      data.clients[0].test.x)[:2], np.float32))
@@ -190,7 +191,6 @@ def export_run(run_dir: Path, out: Path, clients: list[str] | None = None, globa
     if unknown:
         raise FedwearError(f"--client {unknown[0]}: not a training client of {run_dir} (its clients: "
                            f"{', '.join(by_id)})")
-    out.mkdir(parents=True, exist_ok=True)
     chosen: list[ClientData | None] = [None] if global_model else [by_id[c] for c in clients or by_id]
     done = []
     for client in chosen:
@@ -198,3 +198,43 @@ def export_run(run_dir: Path, out: Path, clients: list[str] | None = None, globa
         if on_done:
             on_done(done[-1])
     return done
+
+
+COST_HEADER = ("| method | parameters | MACs/window | fp32 KiB | int8 KiB | int8 score change | "
+               "ms/window fp32 | ms/window int8 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def run_cost(run_dir: Path, root: Path | None = None) -> dict:
+    """The on-device cost of the run's first training client's personalized model (its global
+    model for a method without one), from ``RUN/export/<client>.json`` when an export with cost
+    is there, else exported there now."""
+    restored = restore_run(Path(run_dir), root)
+    first = restored.data.clients[0]
+    for name in (first.client_id, "global"):
+        meta = Path(run_dir) / "export" / f"{name}.json"
+        if meta.is_file() and "cost" in (saved := json.loads(meta.read_text())):
+            return saved
+    try:
+        return _one(restored, first, Path(run_dir) / "export", cost=True).meta
+    except FedwearError:
+        if restored.method.global_message(restored.checkpoint["server"]) is None:
+            raise
+        return _one(restored, None, Path(run_dir) / "export", cost=True).meta
+
+
+def cost_section(runs: dict[str, Path], root: Path | None = None) -> str:
+    """Markdown: one row of :func:`run_cost` per method (``runs``: method -> one of its run folders)."""
+    rows = [COST_HEADER]
+    for method, run in runs.items():
+        meta = run_cost(run, root)
+        c = meta["cost"]
+        change = c["int8"] - c["fp32"]
+        unit = "pt" if c["metric"] == "accuracy" else ""
+        shown = f"{100 * change:+.2f} {unit}" if c["metric"] == "accuracy" else f"{change:+.4f} MAE"
+        rows.append(f"| {method} | {c['parameters']:,} | {c['macs_per_window']:,} | {c['bytes_fp32'] / 1024:.1f} | "
+                    f"{c['bytes_int8'] / 1024:.1f} | {shown.strip()} | {c['latency_ms_fp32']:.3f} | "
+                    f"{c['latency_ms_int8']:.3f} |")
+    return ("## On-device cost\n\nEach method's first training client's personalized model as ONNX "
+            "(`fedwear export`): int8 is onnxruntime's dynamic quantisation, its score change on that client's "
+            "test windows; latency is the median of single windows through onnxruntime on one thread of this "
+            "machine.\n\n" + "\n".join(rows))

@@ -261,3 +261,22 @@ def private(method: Method, cfg) -> Method:
     if cfg.privacy.dp == "central":
         return CentralDP(method, cfg)  # type: ignore[return-value]
     return method
+
+
+def privacy_section(summaries: dict[str, list[dict]]) -> str | None:
+    """Markdown: the (epsilon, delta) of each method's private runs (``summaries``: method -> its
+    runs' summary.json), or None when no run used DP."""
+    rows = []
+    for method, runs in summaries.items():
+        for s in runs:
+            p = s.get("privacy") or {}
+            if p.get("dp") == "central":
+                rows.append(f"| {method} | {s.get('seed', '')} | {p['epsilon']:.3g} | {p['delta']:g} | "
+                            f"{p['noise_multiplier']:.4g} | {p['clipping_norm']:g} | {p['rounds']} | "
+                            f"{p['clients_per_round']} of {p['clients']} |")
+    if not rows:
+        return None
+    return ("## Privacy\n\nCentral DP per client (docs/privacy.md): epsilon from dp-accounting's RDP accountant "
+            "over the rounds run, m of N clients sampled without replacement each round.\n\n"
+            "| method | seed | epsilon | delta | noise multiplier | clipping norm | rounds | clients per round |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows))

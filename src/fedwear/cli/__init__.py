@@ -95,6 +95,9 @@ def compare(
                                                           "it on evaluation.best_metric, paired by (seed, client): "
                                                           "a t test whose variance holds the seeds and the "
                                                           "clients, Holm-corrected, with its 95% interval")] = None,
+    cost: Annotated[bool, typer.Option("--cost", help="end the table with each method's on-device cost: its "
+                                                      "first run's first client's model exported as ONNX "
+                                                      "(needs fedwear[export])")] = False,
 ) -> None:
     """Run several methods x seeds on one config; write a mean +- std table (Markdown and CSV).
 
@@ -116,7 +119,7 @@ def compare(
                                "name the reference among them")
         result = run_comparison(config, names, parse_seeds("--seeds", seeds), out, set_ or [], jobs, select,
                                 test_against, overwrite, quiet, executor, ray_address, slurm_options,
-                                on_done=announce if jobs > 1 or executor != "local" else None)
+                                on_done=announce if jobs > 1 or executor != "local" else None, cost=cost)
     typer.echo(result.markdown)
     typer.echo(f"\ntable: {result.out_dir / files.TABLE_MD} and {result.out_dir / files.TABLE_CSV}")
     _exit_on_failed_rounds({f"{result.out_dir / name}-s{s['seed']}": s
