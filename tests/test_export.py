@@ -83,3 +83,7 @@ def test_compare_ends_with_the_on_device_cost(tmp_path):
     rows = [line for line in section.splitlines() if line.startswith("| fedavg") or line.startswith("| local")]
     assert len(rows) == 2 and "835" in rows[0]  # the tiny cnn's parameters
     assert (tmp_path / "cmp" / "fedavg-s0" / "export" / "s01.json").is_file()
+    from fedwear.commands import report
+
+    page = report(tmp_path / "cmp").read_text()
+    assert "<h2>On-device cost</h2>" in page and "<td>835</td>" in page

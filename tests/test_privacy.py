@@ -227,3 +227,6 @@ def test_compare_reports_each_private_runs_epsilon(tmp_path):
     md = compare(cfg, ["fedavg"], out_dir=tmp_path / "cmp").markdown
     row = next(line for line in md.split("## Privacy")[1].splitlines() if line.startswith("| fedavg"))
     assert float(row.split("|")[3]) <= 30.0 and "3 of 6" in row
+    from fedwear.commands import report
+
+    assert "<h2>Privacy</h2>" in report(tmp_path / "cmp").read_text()

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedwear import files
 from fedwear.data.types import ClientData, FederatedData
 from fedwear.device_cost import measure, onnx_outputs
 from fedwear.errors import FedwearError
@@ -211,15 +212,15 @@ def run_cost(run_dir: Path, root: Path | None = None) -> dict:
     restored = restore_run(Path(run_dir), root)
     first = restored.data.clients[0]
     for name in (first.client_id, "global"):
-        meta = Path(run_dir) / "export" / f"{name}.json"
+        meta = Path(run_dir) / files.EXPORT / f"{name}.json"
         if meta.is_file() and "cost" in (saved := json.loads(meta.read_text())):
             return saved
     try:
-        return _one(restored, first, Path(run_dir) / "export", cost=True).meta
+        return _one(restored, first, Path(run_dir) / files.EXPORT, cost=True).meta
     except FedwearError:
         if restored.method.global_message(restored.checkpoint["server"]) is None:
             raise
-        return _one(restored, None, Path(run_dir) / "export", cost=True).meta
+        return _one(restored, None, Path(run_dir) / files.EXPORT, cost=True).meta
 
 
 def cost_section(runs: dict[str, Path], root: Path | None = None) -> str:

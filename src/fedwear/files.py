@@ -22,6 +22,8 @@ CHECKPOINT_TMP = "checkpoint.tmp"
 LEGACY_CHECKPOINT = "checkpoint.pkl"
 STATES = "client_states"
 REPORT = "report"
+#: ``fedwear export``'s ONNX files and their JSON (fedwear.export)
+EXPORT = "export"
 TRACKING = "tracking.json"
 TENSORBOARD = "tensorboard"
 TABLE_MD = "table.md"

@@ -68,11 +68,11 @@ REPORT_FILES = ("index.html", "headline.png", "curves.png", "curve-*.png", "clie
 #: figure's vector files (``fedwear report --format pdf|svg``) beside its PNG.
 SUBFOLDER_FILES = {files.REPORT: (*REPORT_FILES, *(f.removesuffix(".png") + ext for f in REPORT_FILES
                                                  if f.endswith(".png") for ext in (".pdf", ".svg"))),
-                   files.TENSORBOARD: ("events.out.tfevents.*",)}
+                   files.TENSORBOARD: ("events.out.tfevents.*",), files.EXPORT: ("*.onnx", "*.json")}
 #: Files (and folders) a run writes; ``--overwrite`` removes these (in folders, what fedwear wrote).
 RUN_FILES = (files.CONFIG, files.METRICS, files.ROUNDS, files.TIMING, CONFUSION_FILE, files.SUMMARY, CHECKPOINT,
              files.CHECKPOINT_TMP, files.LEGACY_CHECKPOINT, files.STATES, files.LOG, files.REPORT, files.TRACKING,
-             files.TENSORBOARD)
+             files.TENSORBOARD, files.EXPORT)
 
 
 #: The text columns of a run folder's CSV files; every other column holds numbers.

@@ -177,7 +177,7 @@ for name, command, panel in (
     app.command(name, rich_help_panel=panel)(command)
 app.add_typer(data_app, name="data", rich_help_panel=SETUP)
 app.add_typer(flower_app, name="flower", rich_help_panel="Deployment")
-app.command("export", rich_help_panel="Deployment")(export)
+app.command(export.__name__, rich_help_panel="Deployment")(export)
 reflow_help(app)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from fedwear import files
 from fedwear.cli.common import one_line_errors
 
 
@@ -36,7 +37,7 @@ def export(
             raise FedwearError(f"--format {fmt}: fedwear exports {', '.join(FORMATS)}")
         if client and global_model:
             raise FedwearError("--client and --global: export the personalized models or the global one, not both")
-        target = out or run / "export"
+        target = out or run / files.EXPORT
 
         def done(e) -> None:
             p, c = e.meta["parity"], e.meta.get("cost")

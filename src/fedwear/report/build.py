@@ -175,6 +175,7 @@ def write_report(path: Path, out: Path | None = None, embeddings: bool = False,
         else:
             title = f"fedwear comparison: {target.path.name}"
             meta, tables = _comparison_meta(target), _comparison_tables(target, reference or next(iter(groups)))
+        tables += html.privacy_and_cost(flat(groups))
         if command:
             meta = [f"made by <code>{escape(command)}</code>", *meta]
         with figure_format(fmt):  # pdf / svg: each figure also as a vector file

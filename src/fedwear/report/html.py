@@ -8,12 +8,14 @@ A small inline script marks ``<body data-images-ok="loaded/total">`` once the pa
 from __future__ import annotations
 
 import base64
+import json
 import math
 from html import escape
 from pathlib import Path
 
 import numpy as np
 
+from fedwear import files
 from fedwear.report.plots import Groups, Plot, flat, metrics_of, n_seeds, weighted
 from fedwear.report.rundir import Run
 from fedwear.report.tables import ordered_views
@@ -252,3 +254,40 @@ def page(title: str, meta: list[str], tables: str, plots: list[Plot], out: Path,
         f"{figures(plots, out, empty, FIRST)}{tables}"
         f"{figures(plots, out, empty, tuple(s for s in SECTIONS if s not in FIRST))}</body></html>\n"
     )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def privacy_and_cost(runs: list[Run]) -> str:
+    """The (epsilon, delta) of the private runs (summary.json) and the on-device cost of the runs
+    exported with ``fedwear export`` (``export/*.json``), beside the exported client's accuracy."""
+    private = [[r.method, str(r.seed), f"{p['epsilon']:.3g}", f"{p['delta']:g}", f"{p['noise_multiplier']:.4g}",
+                f"{p['clipping_norm']:g}", str(p["rounds"])]
+               for r in runs if (p := r.summary.get("privacy") or {}).get("dp") == "central"]
+    costs = []
+    for r in runs:
+        exported = [json.loads(f.read_text()) for f in sorted((r.path / files.EXPORT).glob("*.json"))]
+        if meta := next((m for m in exported if "cost" in m), None):
+            c = meta["cost"]
+            score = f"{100 * c['fp32']:.2f}%" if c["metric"] == "accuracy" else f"{c['fp32']:.4g} MAE"
+            costs.append([r.method, str(r.seed), str(meta["client"] or "global"), score, f"{c['parameters']:,}",
+                          f"{c['macs_per_window']:,}", f"{c['bytes_fp32'] / 1024:.1f}", f"{c['bytes_int8'] / 1024:.1f}",
+                          f"{c['latency_ms_fp32']:.3f}"])
+    parts = []
+    if private:
+        parts.append("<h2>Privacy</h2>" + _table(
+            ["method", "seed", "epsilon", "delta", "noise multiplier", "clipping norm", "rounds"], private)
+            + '<div class="caption">Central DP per client: epsilon from dp-accounting\'s RDP accountant over '
+              "the rounds run (docs/privacy.md).</div>")
+    if costs:
+        parts.append("<h2>On-device cost</h2>" + _table(
+            ["method", "seed", "client", "its accuracy", "parameters", "MACs/window", "fp32 KiB", "int8 KiB",
+             "ms/window"], costs)
+            + '<div class="caption">The exported model of one client (<code>fedwear export</code>): its test '
+              "score, and the median latency of one window through onnxruntime on one thread of the exporting "
+              "machine.</div>")
+    return "".join(parts)
