@@ -893,3 +893,15 @@ def test_headlines_draw_coinciding_views_once_and_a_run_s_clients(monkeypatch, c
     assert sum(len(c.get_offsets()) for c in points) == sum(counts)
     means = [float(t.get_text()) for t in ax.texts]
     assert means == pytest.approx([100 * summary["final"][v]["accuracy"] for v in views], abs=0.005)
+
+
+@pytest.mark.slow
+def test_a_comparison_of_many_methods_on_their_own_views_gets_its_report(tmp_path):
+    """Meta-HAR's merged comparison: each method evaluated on its own view (budgets), whose list
+    once made the cost figure's caption longer than a caption may be."""
+    from pathlib import Path
+
+    from fedwear.commands import report
+
+    folder = Path(__file__).resolve().parents[1] / "results" / "runs" / "metahar-merged"
+    assert "cost.png" in report(folder, tmp_path / "report").read_text()

@@ -609,8 +609,9 @@ def cost_plot(groups: Groups, out: Path) -> Plot | None:
                f"timing.csv (training and evaluation); {spread} ({seeds_text(groups)}). "
                + (f"{', '.join(zero)} sent no training bytes: at 0 MB. " if zero else "")
                + f"y axis {how}.")
-    short = (f"{name} against the training traffic and the wall-clock time so far, "
-             f"test split ({views_text}).")
+    short = f"{name} against the training traffic and the wall-clock time so far, test split ({views_text})."
+    if len(short) > MAX_CAPTION:  # many methods, each on its own view: the notes list them
+        short = f"{name} against the training traffic and the wall-clock time so far, test split (views: how to read)."
     return Plot("cost.png", "federated cost", short, "cost", notes=caption)
 
 
