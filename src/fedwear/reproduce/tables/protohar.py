@@ -14,6 +14,12 @@ PROTOHAR_METHODS = ("local", "fedavg", "fedprox", "moon", "fedproto", "scaffold"
 #: userProtoHAR.py). So one row runs the table's seeds, and eps = 0.1 runs seed 0 only, to show in the
 #: table itself that its numbers are eps = 0.01's (tests/test_protohar.py: bit-identical prototypes).
 RP_ROWS = {"protohar-rp0.01": 0.01, "protohar-rp0.1": 0.1}
+#: The privacy-utility rows: budgets epsilon at delta 1e-5 (docs/privacy.md). Clipping norms near the
+#: median of the unclipped norms at round 1 (seed 0, 3 clients): body update 0.7-1.1, prototypes 9-12.
+DP_BUDGETS = (8, 4, 1)
+DP_ROWS = {f"{m}-eps{e}": (f"method={m}", "privacy.dp=central", f"privacy.target_epsilon={e}",
+                           "privacy.clipping_norm=1.0", "privacy.prototype_clipping_norm=10")
+           for m in ("fedavg", "protohar") for e in DP_BUDGETS}
 #: Table II's methods, on any of its protocols and datasets.
 table2 = partial(Experiment, methods=PROTOHAR_METHODS, run_first=("protohar", "fedavg", "fedrep"))
 
@@ -61,5 +67,16 @@ EXPERIMENTS = [
         paper="protohar:table4",
         results="protohar_reweight.md",
         folder="protohar-table2",  # its ProtoHAR runs are Table II's
+    ),
+    Experiment(
+        key="protohar:privacy",
+        title="ProtoHAR and FedAvg on USC-HAD under central DP (ProtoHAR's protocol; not in the paper)",
+        config="protohar_usc_had.yaml",
+        methods=("fedavg", "protohar", *DP_ROWS),
+        sets=DP_ROWS,
+        run_first=("protohar-eps8",),
+        reference="protohar:table2",
+        results="privacy_usc_had.md",
+        folder="protohar-table2",  # its rows without DP are Table II's seed-0 runs
     ),
 ]
