@@ -230,3 +230,20 @@ def test_compare_reports_each_private_runs_epsilon(tmp_path):
     from fedwear.commands import report
 
     assert "<h2>Privacy</h2>" in report(tmp_path / "cmp").read_text()
+
+
+def test_the_report_draws_utility_against_each_budget(tmp_path):
+    import shutil
+
+    from fedwear.commands import compare, report
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(tiny_config(rounds=1).model_dump_json())
+    for budget in ("none", "30"):
+        sets = [] if budget == "none" else ["privacy.dp=central", f"privacy.target_epsilon={budget}"]
+        compare(cfg, ["fedavg"], out_dir=tmp_path / budget, overrides=sets)
+        shutil.copytree(tmp_path / budget / "fedavg-s0", tmp_path / "all" / f"fedavg-e{budget}-s0")
+    page = report(tmp_path / "all").read_text()
+    assert (tmp_path / "all" / "report" / "privacy.png").is_file() and "against the epsilon it spent" in page
+    report(tmp_path / "none")
+    assert not (tmp_path / "none" / "report" / "privacy.png").exists()  # no DP run: no figure

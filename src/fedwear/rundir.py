@@ -62,7 +62,7 @@ FORMAT = 2
 LOCK = files.LOCK
 #: The files of ``fedwear report``'s folder (glob patterns, this version's and older ones').
 REPORT_FILES = ("index.html", "headline.png", "curves.png", "curve-*.png", "clients-*.png", "distribution-*.png",
-                "confusion-*.png", "f1-*.png", "cost.png", "bytes_*.png", "train_loss.png", "wall_time.png",
+                "confusion-*.png", "f1-*.png", "cost.png", "privacy.png", "bytes_*.png", "train_loss.png", "wall_time.png",
                 "embeddings-*.png", "embeddings-tsne.json", "forecast-*.png", "prototypes-*.png")
 #: What fedwear writes inside a run folder's subfolders (client states: ``STATE_FILE``); a
 #: figure's vector files (``fedwear report --format pdf|svg``) beside its PNG.

@@ -26,6 +26,7 @@ from fedwear.report.plots import (
     figure_format,
     flat,
     loss_plot,
+    privacy_plot,
     timing_plot,
 )
 from fedwear.report.regression import TSNE_WINDOWS, regression_plots, regression_runs
@@ -41,6 +42,7 @@ def all_plots(groups: Groups, out: Path, reference: str | None = None,
     then bytes, training loss and wall time."""
     plots = [headline_plot(groups, out, reference, paper), curve_plot(groups, out),
              *distribution_plots(groups, out), *classification_plots(groups, out)[0], cost_plot(groups, out),
+             privacy_plot(groups, out),
              bytes_plot(groups, out, "up"), bytes_plot(groups, out, "down"), loss_plot(groups, out),
              timing_plot(groups, out)]
     return [p for p in plots if p]  # headline, curves, cost: None when no round was evaluated

@@ -697,3 +697,53 @@ def timing_plot(groups: Groups, out: Path) -> Plot:
                f"was evaluated. {_across_seeds(groups)}.")
     return Plot("wall_time.png", "wall-clock time", "Wall-clock seconds per round: training, and evaluation in "
                 "evaluated rounds.", "training", "training", notes=caption)
+
+
+def _budget(run: Run) -> float:
+    """The epsilon a run spent (inf: no DP)."""
+    p = run.summary.get("privacy") or {}
+    return float(p["epsilon"]) if p.get("dp") == "central" and p.get("epsilon") is not None else math.inf
+
+
+def privacy_plot(groups: Groups, out: Path) -> Plot | None:
+    """Utility against privacy: each method's best-round score at each epsilon its runs spent, no
+    DP at the right (None when no run used DP). Methods are the runs' own ``method``, so the rows
+    of one method at several budgets make one line."""
+    runs = [r for r in flat(groups) if r.evaluated and not r.unfinished]
+    if not any(math.isfinite(_budget(r)) for r in runs):
+        return None
+    view, metric = main_metric(groups)
+    points: dict[str, dict[float, list[float]]] = {}
+    for r in runs:
+        value = ((r.summary.get("best") or {}).get(view) or {}).get(metric)
+        if value is not None:
+            eps = round(_budget(r), 2)
+            points.setdefault(str(r.config.get("method", r.method)), {}).setdefault(eps, []).append(float(value))
+    budgets = sorted({e for by in points.values() for e in by})
+    x_of = {e: i for i, e in enumerate(budgets)}
+    fig = _new_figure(3.4, 2.6)
+    ax = fig.add_subplot()
+    factor = scale(metric)
+    palette = styles({m: [] for m in points})
+    for method, by in points.items():
+        xs = [x_of[e] for e in sorted(by)]
+        values = [np.asarray(by[e]) * factor for e in sorted(by)]
+        means = [v.mean() for v in values]
+        ax.plot(xs, means, color=palette[method]["color"], marker=palette[method]["marker"], label=method)
+        for x, v in zip(xs, values, strict=True):
+            if len(v) > 1:
+                ax.vlines(x, v.min(), v.max(), color=palette[method]["color"], alpha=0.5)
+    lo, hi, how = axis_range(metric, [v for by in points.values() for vs in by.values() for v in vs])
+    set_range(ax, lo, hi)
+    ax.set(xticks=range(len(budgets)), xticklabels=[f"{e:g}" if math.isfinite(e) else "no DP" for e in budgets],
+           xlabel="epsilon per client (delta as summary.json records)", ylabel=axis_label(metric),
+           title=f"{view} {NAMES.get(metric, metric)} against privacy")
+    ax.grid(alpha=0.3)
+    _legend(fig, ax, points, always=True)
+    _save(fig, out, "privacy.png")
+    caption = f"{view} {NAMES.get(metric, metric)} at each run's best round against the epsilon it spent."
+    notes = (f"Each point: the mean over the seeds of one method at one budget (line: min..max over seeds "
+             f"when several); epsilon from each run's summary.json (dp-accounting's RDP accountant over the "
+             f"rounds run, docs/privacy.md); the best round is chosen as the run's best_rule chose it, which "
+             f"is not itself private. y axis {how}.")
+    return Plot("privacy.png", "utility against privacy", caption, "cost", notes=notes)
