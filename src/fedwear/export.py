@@ -34,15 +34,14 @@ FORMATS = ("onnx",)
 TOLERANCE = 1e-5
 
 
-def _needs_onnx():
+def _needs_onnx() -> None:
     try:
         import onnx  # noqa: F401
-        import onnxruntime
+        import onnxruntime  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError:
         raise FedwearError("fedwear export needs onnx, onnxscript and onnxruntime: pip install 'fedwear[export]'"
                            ) from None
-    return onnxruntime
 
 
 class AsModule(torch.nn.Module):
@@ -147,7 +146,8 @@ def _one(restored: Restored, client: ClientData | None, out: Path, cost: bool) -
         if message is None:
             raise FedwearError(f"{restored.run.path}: method {cfg.method} has no global model; export a client's "
                                "(--client ID) or every client's")
-        predictor, name, windows = as_predictor(method.global_predictor(message)), "global", None
+        predictor, name = as_predictor(method.global_predictor(message)), "global"
+        windows = np.concatenate([c.test.x for c in data.clients])  # the global model: every client's
     else:
         found = client_predictor(method, ckpt, client, cfg)
         if found is None:
@@ -157,12 +157,10 @@ def _one(restored: Restored, client: ClientData | None, out: Path, cost: bool) -
     module = AsModule(predictor).eval()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.onnx"
-    example = torch.from_numpy(np.ascontiguousarray((windows if windows is not None else
-                                                     data.clients[0].test.x)[:2], np.float32))
-    kind = "forecast" if data.kind == "regression" else "logits"
-    export_onnx(module, example, path, kind)
-    check = parity(predictor, path, windows if windows is not None else
-                   np.concatenate([c.test.x for c in data.clients]), data.kind)
+    shape = (2, data.window, len(data.channels))  # a client without test windows: traced on zeros
+    example = torch.from_numpy(np.ascontiguousarray(windows[:2] if len(windows) else np.zeros(shape), np.float32))
+    export_onnx(module, example, path, "forecast" if data.kind == "regression" else "logits")
+    check = parity(predictor, path, windows, data.kind)
     if not check.ok:
         path.unlink()
         raise FedwearError(f"{path}: the ONNX model does not compute what the run evaluates (max |difference| "
