@@ -92,6 +92,10 @@ def test_set_requires_key_value():
         ({"method": "local", "privacy.dp": "central"}, "cannot run with central DP: its clients send nothing"),
         ({"method": "local", "engine": "flower-sim", "flower.secagg.enabled": True}, "flower.secagg.enabled needs a method"),
         ({"flower.secagg.enabled": True}, "engine=flower-sim"),
+        ({"method": "protohar", "engine": "flower-sim", "flower.secagg.enabled": True},
+         "or privacy.dp: central with"),
+        ({"method": "protohar", "engine": "flower-sim", "flower.secagg.enabled": True, "privacy.dp": "central",
+          "privacy.prototype_clipping_norm": 10}, "flower.secagg.clipping_range=8 is below the DP clipping bound 10"),
         ({"evaluation.targets": "{global.loss: 1}"}, "evaluation.targets"),
     ],
 )
@@ -123,9 +127,12 @@ def test_error_in_a_set_value_blames_the_set_not_the_file(tmp_path):
         load_config(path, ["model.options.width=3"])
 
 
-def test_secure_aggregation_allowed_for_averaging_methods():
+def test_secure_aggregation_allowed_for_averaging_methods_and_under_central_dp():
     cfg = tiny_config(engine="flower-sim", **{"flower.secagg.enabled": True})
     assert cfg.flower.secagg.enabled
+    for method in ("protohar", "metahar"):
+        cfg = tiny_config(method=method, engine="flower-sim", **{"flower.secagg.enabled": True, "privacy.dp": "central"})
+        assert cfg.flower.secagg.enabled
 
 
 def test_per_method_settings_apply_to_their_method_and_set_wins():

@@ -226,21 +226,44 @@ def test_flower_sim_equals_sim(tmp_path, method):
         assert a.read_bytes() == b.read_bytes()
 
 
+def server_after(cfg, out) -> Record:
+    """The server state a run of ``cfg`` ends with, through the in-process grid (central DP
+    wrapped as ``fedwear.run`` wraps it; SecAgg+ when the config asks)."""
+    from fedwear.callbacks import CHECKPOINT, Checkpointer, load_checkpoint
+    from fedwear.privacy import private
+
+    method, roster, order = roster_of(cfg)
+    method = private(method, cfg)
+    grid = LocalGrid(make_sim_client_app(cfg), len(order))
+    out.mkdir(parents=True, exist_ok=True)
+    executor = GridExecutor(grid, cfg, len(order))
+    executor.reply_spec = method.reply_spec
+    Runner(cfg, method, roster, executor, [CsvSink(out), Checkpointer(out, 1)]).run()
+    return load_checkpoint(out / CHECKPOINT)["server"]
+
+
 def test_secure_aggregation_matches_plain_mean(tmp_path):
     """SecAgg+ through the in-process grid: the server state matches FedAvg's to quantisation error."""
-    from fedwear.callbacks import CHECKPOINT, Checkpointer, load_checkpoint
-
-    def server_after(cfg, out):
-        method, roster, order = roster_of(cfg)
-        grid = LocalGrid(make_sim_client_app(cfg), len(order))
-        out.mkdir(parents=True, exist_ok=True)
-        executor = GridExecutor(grid, cfg, len(order))
-        Runner(cfg, method, roster, executor, [CsvSink(out), Checkpointer(out, 1)]).run()
-        return load_checkpoint(out / CHECKPOINT)["server"]
-
     plain = server_after(tiny_config(rounds=2), tmp_path / "plain")
     secure = server_after(tiny_config(rounds=2, engine="flower-sim", **{"flower.secagg.enabled": True}), tmp_path / "sec")
     for k, v in plain.arrays.items():
         np.testing.assert_allclose(secure.arrays[k], v, atol=5e-4)  # SecAgg+ quantisation
     rounds = pd.read_csv(tmp_path / "sec" / "rounds.csv")
     assert rounds["dropped"].isna().all() and (rounds["n_clients"] == 3).all()
+
+
+@pytest.mark.parametrize("method", ["fedavg", "protohar", "metahar"])
+def test_central_dp_under_secure_aggregation_matches_dp_alone(tmp_path, method):
+    """SecAgg+ under central DP: on the mean (FedAvg), by parts (ProtoHAR: the server gets the
+    mean of the clipped parts, never one client's) and before a Reptile step (Meta-HAR). The
+    server adds the same noise after unmasking, so the state matches DP without SecAgg+ to
+    quantisation error, and no reply is dropped."""
+    dp = {"privacy.dp": "central", "privacy.noise_multiplier": 0.5, "rounds": 2, **PHASES.get(method, {})}
+    alone = server_after(config_for(method, **dp), tmp_path / "dp")
+    secure = server_after(config_for(method, engine="flower-sim", **{"flower.secagg.enabled": True}, **dp),
+                          tmp_path / "sec")
+    assert alone.arrays.keys() == secure.arrays.keys()
+    for k, v in alone.arrays.items():
+        np.testing.assert_allclose(secure.arrays[k], v, atol=5e-4, err_msg=k)
+    rounds = pd.read_csv(tmp_path / "sec" / "rounds.csv", keep_default_na=False)
+    assert (rounds["dropped"] == "").all() and (rounds["n_clients"] == 3).all(), rounds.to_dict("list")

@@ -185,6 +185,7 @@ def serve(config: RunConfig | str | Path, out_dir: str | Path, grid, nodes: int 
         executor = GridExecutor(grid, cfg, nodes or cfg.flower.min_nodes or 1)
         roster = roster_from_nodes(executor.info)
         method = private(build_method(roster.task(cfg)), cfg)
+        executor.reply_spec = method.reply_spec
         cbs = _start_out_dir(cfg, out, quiet, None, fresh=True)
         try:
             log.info("clients: %d training (%s), %d new (%s)", len(roster.clients), ", ".join(roster.clients),

@@ -114,14 +114,16 @@ class EvaluationConfig(Strict):
 
 
 class SecAggConfig(Strict):
-    """Flower's SecAgg+ (Bell et al. 2020) for methods that average client arrays; Flower engines only."""
+    """Flower's SecAgg+ (Bell et al. 2020) for methods that average client arrays (and, under central DP,
+    every private method); Flower engines only."""
 
     enabled: bool = False
     num_shares: int | float = Field(1.0, description="neighbours each client shares keys with (int > 2, or a fraction)")
     reconstruction_threshold: int | float = Field(1.0, description="shares needed to reconstruct (int, or a fraction)")
     max_weight: float | None = Field(
         None, gt=0,
-        description="largest client weight (train windows); null = the largest the nodes report. Too large loses precision",
+        description="largest client weight (train windows); null = the largest the nodes report (1 under central DP). "
+        "Too large loses precision",
     )
     clipping_range: float = Field(8.0, gt=0, description="update entries are clipped to +-this before quantisation")
 
@@ -545,10 +547,8 @@ def check_consistency(cfg: RunConfig) -> None:
         able = sorted(n for n, c in METHODS.items() if c.private())
         raise ConfigError(f"privacy.dp: method={cfg.method} cannot run with central DP: "
                           f"{method_class(cfg.method).no_dp_reason} (methods that can: {', '.join(able)})")
-    if cfg.flower.secagg.enabled and not method_class(cfg.method).mean_aggregation:
-        means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)
-        raise ConfigError(f"flower.secagg.enabled needs a method whose server averages client arrays "
-                          f"({', '.join(means)}); method={cfg.method} does not")
+    if cfg.flower.secagg.enabled:
+        _check_secure_aggregation(cfg)
     robust = cfg.robust.rule != "mean" or cfg.robust.norm_bound is not None
     if robust and not method_class(cfg.method).mean_aggregation:
         means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)
@@ -565,6 +565,25 @@ def check_consistency(cfg: RunConfig) -> None:
     if cfg.client_states == "disk" and cfg.engine in ("flower-sim", "flower"):
         raise ConfigError(f"client_states=disk needs engine=sim or batched (engine={cfg.engine} keeps client "
                           "states in Flower's Context): remove client_states or set engine=sim")
+
+
+def _check_secure_aggregation(cfg: RunConfig) -> None:
+    """SecAgg+ hands the server one mean: enough for a method whose server averages client arrays,
+    and under central DP for every private method (its clipped replies all weigh 1, and a mean
+    step or the sums of its parts follow from their mean: ``privacy.py``)."""
+    method, secagg = method_class(cfg.method), cfg.flower.secagg
+    dp = cfg.privacy.dp == "central"
+    if not (method.mean_aggregation or (dp and method.private())):
+        means = sorted(n for n, c in METHODS.items() if c.mean_aggregation)
+        private = sorted(n for n, c in METHODS.items() if c.private() and not c.mean_aggregation)
+        raise ConfigError(f"flower.secagg.enabled needs a method whose server averages client arrays "
+                          f"({', '.join(means)}), or privacy.dp: central with {', '.join(private)}; "
+                          f"method={cfg.method} is neither")
+    bound = max(cfg.privacy.clipping_norm, cfg.privacy.prototype_clipping_norm if method.dp_part_count else 0.0)
+    if dp and secagg.clipping_range < bound:
+        raise ConfigError(f"flower.secagg.clipping_range={secagg.clipping_range:g} is below the DP clipping bound "
+                          f"{bound:g} (privacy.clipping_norm / prototype_clipping_norm): SecAgg+ would cut clipped "
+                          f"entries; set flower.secagg.clipping_range to at least {bound:g}")
 
 
 def dump_config(cfg: RunConfig) -> str:

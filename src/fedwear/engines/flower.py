@@ -276,6 +276,8 @@ class GridExecutor:
     def __init__(self, grid, cfg: RunConfig, expected: int) -> None:
         self.grid = grid
         self.cfg = cfg
+        #: The method's ``reply_spec``: SecAgg+ names the mean it returns by it (unset: the down's names).
+        self.reply_spec: Callable[[Record], dict] | None = None
         self.bytes_down = 0
         self.bytes_up = 0
         self.node_of: dict[str, int] = {}
@@ -359,8 +361,11 @@ class GridExecutor:
                any(not np.array_equal(d.arrays[k], first.arrays[k]) for k in first.arrays) for d in downs.values()):
             raise FedwearError("flower.secagg needs the same message for every client (FedAvg-style methods)")
         nodes = {c: self.node_of[c] for c in downs if c in self.node_of}
-        weight = self.cfg.flower.secagg.max_weight or max(int(self.info[c]["num_train"]) for c in nodes)
-        mean, contributors = secure_mean(self.grid, self.cfg, nodes, first, round, weight)
+        # under central DP every reply weighs 1 (privacy.py): a larger bound would only cost precision
+        weight = self.cfg.flower.secagg.max_weight or (
+            1 if self.cfg.privacy.dp == "central" else max(int(self.info[c]["num_train"]) for c in nodes))
+        names = list(self.reply_spec(first) if self.reply_spec else first.arrays)
+        mean, contributors = secure_mean(self.grid, self.cfg, nodes, first, round, weight, names)
         self.bytes_down += first.nbytes * len(nodes)
         self.bytes_up += first.nbytes * len(contributors)
         return {c: Record(mean, {"num_examples": 1}) for c in contributors}
@@ -403,6 +408,7 @@ def make_server_app(cfg: RunConfig, method: Method, roster: Roster, callbacks: l
     def _main(grid, context) -> None:
         expected = len(dict.fromkeys([*roster.trainers, *roster.clients, *roster.new_clients]))
         executor = GridExecutor(grid, cfg, expected)
+        executor.reply_spec = method.reply_spec
         runner = Runner(cfg, method, roster, executor, callbacks)
         if restore is not None:
             runner.restore(restore)
