@@ -75,7 +75,8 @@ def one_thread():
 
 #: The modules each optional dependency (pyproject's extras) brings.
 EXTRAS = {"flower": ("flwr", "dp_accounting"), "tracking": ("mlflow", "tensorboard"), "tune": ("optuna",),
-          "cluster": ("ray", "submitit"), "export": ("onnx", "onnxscript", "onnxruntime")}
+          "cluster": ("ray", "submitit"), "export": ("onnx", "onnxscript", "onnxruntime"),
+          "executorch": ("executorch",)}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and -m deselects

@@ -9,8 +9,11 @@ and a phone's or a watch's CPU gives other absolute numbers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,15 +49,7 @@ def latency_ms(path: Path, window: np.ndarray) -> float:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: np.ascontiguousarray(window[None], np.float32)}
-    for _ in range(WARMUP_RUNS):
-        session.run(None, feed)
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < LATENCY_RUNS or time.perf_counter() - start < LATENCY_S:
-        t = time.perf_counter()
-        session.run(None, feed)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times) * 1e3)
+    return _median_ms(lambda: session.run(None, feed))
 
 
 def onnx_outputs(path: Path, x: np.ndarray, threads: int = 1) -> np.ndarray:
@@ -65,6 +60,71 @@ def onnx_outputs(path: Path, x: np.ndarray, threads: int = 1) -> np.ndarray:
     options.intra_op_num_threads = options.inter_op_num_threads = threads
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: np.ascontiguousarray(x, np.float32)})[0]
+
+
+@contextlib.contextmanager
+def _native_quiet():
+    """stderr silenced, down to its file descriptor: ExecuTorch's native libraries print notes on
+    a machine unlike a phone (cpuinfo's, its thread pool's, torchao's about GPU kernels)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null, warnings.catch_warnings(), contextlib.redirect_stderr(null):
+            warnings.simplefilter("ignore")
+            os.dup2(null.fileno(), 2)
+            level = logging.getLogger().level
+            logging.getLogger().setLevel(logging.CRITICAL)
+            try:
+                yield
+            finally:
+                logging.getLogger().setLevel(level)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def executorch_runtime():
+    """ExecuTorch's runtime: its ``Runtime`` and the module that sets its thread pool."""
+    try:
+        with _native_quiet():
+            from executorch.extension.pybindings import portable_lib
+            from executorch.runtime import Runtime
+    except ImportError:
+        from fedwear.errors import FedwearError
+
+        raise FedwearError("fedwear export --format pte needs ExecuTorch: pip install 'fedwear[executorch]'") from None
+    return Runtime, portable_lib
+
+
+def _pte_method(path: Path):
+    runtime, portable = executorch_runtime()
+    with _native_quiet():
+        if portable._threadpool_get_thread_count() != 1:
+            portable._unsafe_reset_threadpool(1)  # one thread, as the ONNX latency
+        return runtime.get().load_program(str(path)).load_method("forward")
+
+
+def pte_outputs(path: Path, x: np.ndarray) -> np.ndarray:
+    """The ExecuTorch program's outputs on windows ``x``, one window a call (its input shape)."""
+    method = _pte_method(path)
+    return np.concatenate([method.execute([torch.from_numpy(np.ascontiguousarray(w[None], np.float32))])[0].numpy()
+                           for w in x])
+
+
+def model_outputs(path: Path, x: np.ndarray) -> np.ndarray:
+    """The outputs of an exported model (``.onnx`` through onnxruntime, ``.pte`` through ExecuTorch)."""
+    return pte_outputs(path, x) if path.suffix == ".pte" else onnx_outputs(path, x)
+
+
+def _median_ms(run) -> float:
+    for _ in range(WARMUP_RUNS):
+        run()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < LATENCY_RUNS or time.perf_counter() - start < LATENCY_S:
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times) * 1e3)
 
 
 def score(outputs: np.ndarray, y: np.ndarray, kind: str, classes: tuple[int, ...] | None = None) -> tuple[str, float]:
@@ -92,13 +152,16 @@ def quantize_int8(path: Path) -> Path:
     return out
 
 
+def _test_windows(data: FederatedData, client: ClientData | None) -> tuple[np.ndarray, np.ndarray]:
+    tests = [client] if client is not None else data.clients
+    return np.concatenate([c.test.x for c in tests]).astype(np.float32), np.concatenate([c.test.y for c in tests])
+
+
 def measure(module: torch.nn.Module, path: Path, data: FederatedData, client: ClientData | None,
             classes: tuple[int, ...] | None = None) -> dict:
     """The cost of the ONNX model ``path`` (exported from ``module``, its outputs the global
     labels ``classes``) on ``client``'s test windows (every training client's for the global model)."""
-    tests = [client] if client is not None else data.clients
-    x = np.concatenate([c.test.x for c in tests]).astype(np.float32)
-    y = np.concatenate([c.test.y for c in tests])
+    x, y = _test_windows(data, client)
     int8 = quantize_int8(path)
     metric, fp32_score = score(onnx_outputs(path, x), y, data.kind, classes)
     _, int8_score = score(onnx_outputs(int8, x), y, data.kind, classes)
@@ -112,4 +175,22 @@ def measure(module: torch.nn.Module, path: Path, data: FederatedData, client: Cl
         "latency_ms_fp32": latency_ms(path, x[0]),
         "latency_ms_int8": latency_ms(int8, x[0]),
         "latency_note": "median of single windows, onnxruntime CPU, 1 thread, on the exporting machine",
+    }
+
+
+def measure_pte(module: torch.nn.Module, path: Path, data: FederatedData, client: ClientData | None,
+                classes: tuple[int, ...] | None = None) -> dict:
+    """:func:`measure` for an ExecuTorch program (fp32 on XNNPACK: its int8 needs a calibrated
+    quantiser, so only the ONNX export reports int8)."""
+    x, y = _test_windows(data, client)
+    metric, fp32_score = score(pte_outputs(path, x), y, data.kind, classes)
+    method = _pte_method(path)
+    window = [torch.from_numpy(np.ascontiguousarray(x[:1]))]
+    return {
+        "parameters": parameters(module),
+        "macs_per_window": macs_per_window(module, torch.from_numpy(x[0])),
+        "bytes_fp32": path.stat().st_size,
+        "metric": metric, "fp32": fp32_score, "windows": len(x),
+        "latency_ms_fp32": _median_ms(lambda: method.execute(window)),
+        "latency_note": "median of single windows, ExecuTorch XNNPACK, 1 thread, on the exporting machine",
     }
