@@ -40,6 +40,19 @@ def macs_per_window(module: torch.nn.Module, window: torch.Tensor) -> int:
     return counter.get_total_flops() // 2
 
 
+def _median_ms(run) -> float:
+    """Median milliseconds of ``run()`` after a warm-up (:data:`LATENCY_RUNS`, :data:`LATENCY_S`)."""
+    for _ in range(WARMUP_RUNS):
+        run()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < LATENCY_RUNS or time.perf_counter() - start < LATENCY_S:
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times) * 1e3)
+
+
 def latency_ms(path: Path, window: np.ndarray) -> float:
     """Median milliseconds of one window through onnxruntime on one thread."""
     import onnxruntime as ort
@@ -113,18 +126,6 @@ def pte_outputs(path: Path, x: np.ndarray) -> np.ndarray:
 def model_outputs(path: Path, x: np.ndarray) -> np.ndarray:
     """The outputs of an exported model (``.onnx`` through onnxruntime, ``.pte`` through ExecuTorch)."""
     return pte_outputs(path, x) if path.suffix == ".pte" else onnx_outputs(path, x)
-
-
-def _median_ms(run) -> float:
-    for _ in range(WARMUP_RUNS):
-        run()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < LATENCY_RUNS or time.perf_counter() - start < LATENCY_S:
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times) * 1e3)
 
 
 def score(outputs: np.ndarray, y: np.ndarray, kind: str, classes: tuple[int, ...] | None = None) -> tuple[str, float]:
