@@ -45,3 +45,19 @@ def test_a_program_without_its_head_fails_the_parity_check(tmp_path, monkeypatch
     with pytest.raises(FedwearError, match="the pte model does not compute what the run evaluates"):
         export_run(run, tmp_path / "out", clients=["s01"], cost=False, fmt="pte")
     assert not (tmp_path / "out" / "s01.pte").exists()
+
+
+def test_a_depth_one_conv3d_is_the_same_conv2d_over_each_slice_and_one_spanning_depth_is_refused(tmp_path):
+    import torch
+
+    from fedwear.export import Conv3dAsConv2d, export_pte
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv3d(4, 6, (1, 2, 3), stride=(1, 2, 1), padding=(0, 0, 2)).eval()
+    x = torch.randn(2, 4, 5, 8, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(Conv3dAsConv2d(conv)(x), conv(x), rtol=0, atol=1e-5)
+    deep = torch.nn.Sequential(torch.nn.Conv3d(1, 2, (3, 1, 1)), torch.nn.Flatten())
+    with pytest.raises(FedwearError, match="spans depth, and ExecuTorch has no 3-D convolution"):
+        export_pte(deep, torch.randn(2, 1, 4, 3, 3), tmp_path / "m.pte")
+    assert isinstance(deep[0], torch.nn.Conv3d)  # the module is left as it was
