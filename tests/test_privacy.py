@@ -243,7 +243,10 @@ def test_the_report_draws_utility_against_each_budget(tmp_path):
         sets = [] if budget == "none" else ["privacy.dp=central", f"privacy.target_epsilon={budget}"]
         compare(cfg, ["fedavg"], out_dir=tmp_path / budget, overrides=sets)
         shutil.copytree(tmp_path / budget / "fedavg-s0", tmp_path / "all" / f"fedavg-e{budget}-s0")
+    compare(cfg, ["fedprox"], out_dir=tmp_path / "prox")
+    shutil.copytree(tmp_path / "prox" / "fedprox-s0", tmp_path / "all" / "fedprox-s0")
     page = report(tmp_path / "all").read_text()
     assert (tmp_path / "all" / "report" / "privacy.png").is_file() and "against the epsilon it spent" in page
+    assert "Methods with a DP run: fedavg." in page  # fedprox, run without DP only, is left out
     report(tmp_path / "none")
     assert not (tmp_path / "none" / "report" / "privacy.png").exists()  # no DP run: no figure

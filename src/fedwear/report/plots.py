@@ -708,7 +708,7 @@ def _budget(run: Run) -> float:
 def privacy_plot(groups: Groups, out: Path) -> Plot | None:
     """Utility against privacy: each method's best-round score at each epsilon its runs spent, no
     DP at the right (None when no run used DP). Methods are the runs' own ``method``, so the rows
-    of one method at several budgets make one line."""
+    of one method at several budgets make one line; a method with no DP run is left out."""
     runs = [r for r in flat(groups) if r.evaluated and not r.unfinished]
     if not any(math.isfinite(_budget(r)) for r in runs):
         return None
@@ -719,6 +719,7 @@ def privacy_plot(groups: Groups, out: Path) -> Plot | None:
         if value is not None:
             eps = round(_budget(r), 2)
             points.setdefault(str(r.config.get("method", r.method)), {}).setdefault(eps, []).append(float(value))
+    points = {m: by for m, by in points.items() if any(math.isfinite(e) for e in by)}  # only methods run with DP
     budgets = sorted({e for by in points.values() for e in by})
     x_of = {e: i for i, e in enumerate(budgets)}
     fig = _new_figure(3.4, 2.6)
@@ -742,7 +743,8 @@ def privacy_plot(groups: Groups, out: Path) -> Plot | None:
     _legend(fig, ax, points, always=True)
     _save(fig, out, "privacy.png")
     caption = f"{view} {NAMES.get(metric, metric)} at each run's best round against the epsilon it spent."
-    notes = (f"Each point: the mean over the seeds of one method at one budget (line: min..max over seeds "
+    notes = (f"Methods with a DP run: {', '.join(points)}. "
+             f"Each point: the mean over the seeds of one method at one budget (line: min..max over seeds "
              f"when several); epsilon from each run's summary.json (dp-accounting's RDP accountant over the "
              f"rounds run, docs/privacy.md); the best round is chosen as the run's best_rule chose it, which "
              f"is not itself private. y axis {how}.")
